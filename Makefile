@@ -1,0 +1,61 @@
+# sglfleet: `make demo` runs the main job end to end on the lab; `make test` runs every check.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+PLAYBOOKS := $(wildcard playbooks/*.yml)
+PYTEST_FLAGS ?=
+
+.PHONY: help venv lint test test-unit test-lab test-integration demo lab-up lab-down lab-status clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt -e python
+	touch $@
+
+venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfleet (editable)
+
+lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --offline
+	@for pb in $(PLAYBOOKS); do \
+	  echo "syntax-check $$pb"; $(BIN)/ansible-playbook --syntax-check -i inventory/lab $$pb >/dev/null; \
+	done
+
+test-unit: venv ## fast tests: no lab needed
+	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
+
+test-lab: venv lab-up ## the lab's own smoke tests (needs root)
+	$(BIN)/pytest tests/lab $(PYTEST_FLAGS)
+
+test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root)
+	$(BIN)/pytest tests/integration $(PYTEST_FLAGS)
+
+test: lint test-unit test-lab test-integration ## every check: lint, unit, lab, integration
+
+lab-up: venv ## bring up the lab (fakepve on 127.0.0.1:8006, the LXC template); a no-op when it is up
+	$(PY) -m sglfleet.testing.lab up
+
+lab-down: venv ## remove every container, process and file the lab made
+	$(PY) -m sglfleet.testing.lab down
+
+lab-status: venv ## say what of the lab is running
+	$(PY) -m sglfleet.testing.lab status
+
+demo: venv lab-up ## the main job end to end on the lab
+	$(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml
+
+clean: lab-down ## lab-down, then remove the venv
+	rm -rf $(VENV)

@@ -1,0 +1,5 @@
+import sys
+
+from sglfleet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,43 @@
+"""The `sglfleet` command: a thin layer of argument parsing over the package's functions.
+
+Each subcommand lives in its own module under `sglfleet.cli` and exposes
+`register(subparsers) -> None`, which adds its parser and sets `func` to a
+callable taking the parsed namespace and returning the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from sglfleet import __version__
+
+# Order is the order `sglfleet --help` lists them in.
+SUBCOMMANDS: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sglfleet",
+        description="SGLang fleet tooling: health, status, prompt mix, generation, merge.",
+    )
+    parser.add_argument("--version", action="version", version=f"sglfleet {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"sglfleet.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Test doubles users can run too: the SGLang stand-in server and the lab's PVE bridge."""
