@@ -53,6 +53,23 @@ def test_requests_beyond_the_limit_wait_and_all_complete():
         asyncio.run(scenario(url))
 
 
+def test_a_client_that_hangs_up_frees_its_slot():
+    async def scenario(url: str) -> None:
+        async with httpx.AsyncClient(base_url=url) as http:
+            with pytest.raises(httpx.ReadTimeout):
+                await http.post("/v1/completions", json=_body(), timeout=0.3)
+            await asyncio.sleep(0.1)
+            load = await _load(http)
+            assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (0, 0)
+            start = time.monotonic()
+            response = await http.post("/v1/completions", json=_body(), timeout=10)
+            assert response.status_code == 200
+            assert time.monotonic() - start < 4  # got the slot at once, not after the first one's 5 s
+
+    with running_standin(max_running_requests=1, standin_ttft=3.0) as url:
+        asyncio.run(scenario(url))
+
+
 def test_latency_is_ttft_plus_tokens_over_decode_rate():
     with running_standin(standin_ttft=0.2, standin_decode_tps=50) as url:
         start = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -45,6 +46,12 @@ def test_completion_tokens_match_the_text(prompt):
             assert completion.completion_tokens == budget
         else:
             assert completion.matched == EOS_TOKEN_ID and completion.completion_tokens < budget
+
+
+def test_a_larger_budget_extends_the_text():
+    model = DeterministicModel(seed=4)
+    texts = [model.complete("grow", max_new_tokens=n, ignore_eos=True).text for n in range(1, 40)]
+    assert all(longer.startswith(shorter + " ") for shorter, longer in itertools.pairwise(texts))
 
 
 @pytest.mark.parametrize("prompt", [f"stop case {i}" for i in range(30)])

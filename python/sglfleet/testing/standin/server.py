@@ -33,6 +33,7 @@ def serve(config: StandinConfig) -> int:
         access_log=logging.getLogger("aiohttp.access") if config.log_level == "debug" else None,
         print=None,
         handle_signals=True,
+        handler_cancellation=True,  # a client that hangs up aborts its request, as in SGLang
     )
     log.info("SGLang stand-in stopped")
     return 0
