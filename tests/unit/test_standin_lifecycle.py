@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -80,6 +81,17 @@ class TestFlags:
         result = _run("--help")
         assert result.returncode == 0
         assert "--standin-crash-after" in result.stdout
+
+
+def test_a_port_in_use_exits_1_saying_so():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _run("--model-path", "m", "--port", str(port))
+    assert result.returncode == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in result.stderr
+    assert "address already in use" in result.stderr.lower()
 
 
 def test_health_is_503_during_warmup_then_200():
