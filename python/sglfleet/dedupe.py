@@ -1,0 +1,104 @@
+"""Duplicate detection: exact (hash of the normalised text) and near (MinHash LSH).
+
+Exact: every prompt's normalised text is hashed to 64 bits. The existing training set's hashes are
+held as one sorted numpy array (8 bytes a row); the candidates seen so far in a Python set. The
+first occurrence wins, in the order the caller offers texts (the mix: config order, then file order).
+
+Near: MinHash signatures of word 3-gram shingles in an LSH index (datasketch); a text whose
+estimated Jaccard similarity with an earlier one reaches the threshold is a near duplicate.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from array import array
+from collections.abc import Iterable
+
+import numpy as np
+
+from sglfleet.formats import normalise
+
+
+class Dup(enum.StrEnum):
+    """Why a prompt was dropped as a duplicate."""
+
+    EXISTING = "existing"  # same text as a prompt in the existing training set
+    EXACT = "exact"  # same text as an earlier candidate (same or another source)
+    NEAR = "near"  # near-duplicate of an earlier candidate
+
+
+def text_hash(text: str) -> int:
+    """64-bit hash of the normalised text (what makes two prompts exact duplicates)."""
+    return int.from_bytes(hashlib.blake2b(normalise(text).encode(), digest_size=8).digest(), "big")
+
+
+def frozen_hashes(hashes: Iterable[int]) -> np.ndarray:
+    """A sorted, unique uint64 array of hashes, for `ExactDeduper(existing=...)`."""
+    buffer = array("Q", hashes)
+    return np.unique(np.frombuffer(buffer, dtype=np.uint64)) if buffer else np.zeros(0, dtype=np.uint64)
+
+
+class ExactDeduper:
+    """Remembers text hashes; `check` says whether a hash was seen before, and remembers it."""
+
+    def __init__(self, existing: np.ndarray | None = None, remember: bool = True) -> None:
+        """`existing`: hashes from `frozen_hashes`; `remember=False` checks only against `existing`."""
+        self._existing = existing if existing is not None else np.zeros(0, dtype=np.uint64)
+        self._remember = remember
+        self._seen: set[int] = set()
+
+    def check(self, digest: int) -> Dup | None:
+        if self._existing.size:
+            value = np.uint64(digest)
+            pos = int(np.searchsorted(self._existing, value))
+            if pos < self._existing.size and self._existing[pos] == value:
+                return Dup.EXISTING
+        if not self._remember:
+            return None
+        if digest in self._seen:
+            return Dup.EXACT
+        self._seen.add(digest)
+        return None
+
+
+def shingles(text: str, size: int = 3) -> set[bytes]:
+    """Word `size`-grams of the normalised text (the text itself when it has fewer words)."""
+    words = normalise(text).split()
+    if len(words) <= size:
+        return {" ".join(words).encode()}
+    return {" ".join(words[i : i + size]).encode() for i in range(len(words) - size + 1)}
+
+
+class NearDeduper:
+    """MinHash LSH over the texts offered so far; `check` says whether a text is a near duplicate."""
+
+    SCHEME = "affine32"  # datasketch >= 2 permutation scheme
+
+    def __init__(self, threshold: float, num_perm: int = 64, seed: int = 1) -> None:
+        from datasketch import MinHash, MinHashLSH
+
+        self._minhash = MinHash
+        self._template = MinHash(num_perm=num_perm, seed=seed, scheme=self.SCHEME)
+        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self._num_perm = num_perm
+        self._seed = seed
+        self._count = 0
+
+    def signature(self, text: str):  # -> datasketch.MinHash
+        sig = self._minhash(
+            num_perm=self._num_perm,
+            seed=self._seed,
+            permutations=self._template.permutations,
+            scheme=self.SCHEME,
+        )
+        sig.update_batch(sorted(shingles(text)))
+        return sig
+
+    def check(self, text: str) -> Dup | None:
+        sig = self.signature(text)
+        if self._lsh.query(sig):
+            return Dup.NEAR
+        self._lsh.insert(self._count, sig, check_duplication=False)
+        self._count += 1
+        return None
