@@ -189,7 +189,8 @@ class MixConfig(_Strict):
                 f"the quotas add up to {sum(counts.values()) + sum(exact.values()):g} prompts "
                 f"but total is {self.total}: make the shares and counts add up to total"
             )
-        by_remainder = sorted(shares, key=lambda n: (-(exact[n] - floors[n]), n))
+        order = {s.name: i for i, s in enumerate(self.sources)}  # ties go to the source listed first
+        by_remainder = sorted(shares, key=lambda n: (-round(exact[n] - floors[n], 9), order[n]))
         for name in by_remainder[:left]:
             floors[name] += 1
         counts |= floors
