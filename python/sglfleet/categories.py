@@ -120,7 +120,7 @@ for _i, _rule in enumerate(_RULES):
 
 # A phrase is counted only when its first word is among the tokens (None: a symbol, always counted).
 _PHRASE_KEYS: tuple[tuple[tuple[str, str | None], ...], ...] = tuple(
-    tuple((p, p.split()[0].strip(_STRIP) if p[0].isalpha() else None) for p in rule.phrases)
+    tuple((p, p.split()[0] if p.replace(" ", "").replace("-", "").isalpha() else None) for p in rule.phrases)
     for rule in _RULES
 )
 
