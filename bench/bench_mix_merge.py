@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -177,7 +177,10 @@ else:
     from sglfleet.merge import merge
     report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]))
     rows = report.as_dict()["rows"]["total"]
-print(json.dumps({"seconds": time.perf_counter() - t, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rows": rows}))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu = usage.ru_utime + usage.ru_stime
+seconds = time.perf_counter() - t
+print(json.dumps({"seconds": seconds, "cpu_s": cpu, "rss_mib": usage.ru_maxrss / 1024, "rows": rows}))
 """
 
 
@@ -224,10 +227,12 @@ def main() -> int:
         ("existing rows", lambda r: r["counts"]["existing"], "{:,}"),
         ("candidate prompts", lambda r: r["counts"]["candidates"], "{:,}"),
         ("prompts picked", lambda r: r["mix"]["rows"], "{:,}"),
-        ("mix time (s)", lambda r: r["mix"]["seconds"], "{:.1f}"),
+        ("mix wall time (s)", lambda r: r["mix"]["seconds"], "{:.1f}"),
+        ("mix CPU time (s)", lambda r: r["mix"]["cpu_s"], "{:.1f}"),
         ("mix peak RSS (MiB)", lambda r: r["mix"]["rss_mib"], "{:.0f}"),
         ("merged rows", lambda r: r["merge"]["rows"], "{:,}"),
-        ("merge time (s)", lambda r: r["merge"]["seconds"], "{:.1f}"),
+        ("merge wall time (s)", lambda r: r["merge"]["seconds"], "{:.1f}"),
+        ("merge CPU time (s)", lambda r: r["merge"]["cpu_s"], "{:.1f}"),
         ("merge peak RSS (MiB)", lambda r: r["merge"]["rss_mib"], "{:.0f}"),
     ]
     print()
@@ -236,7 +241,9 @@ def main() -> int:
     for label, get, fmt in rows:
         a, b = get(results[small]), get(results[big])
         print(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {b / a:.2f}x |")
-    print(f"\n(host: {resource.getpagesize()} B pages; {sys.version.split()[0]})")
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
+    print(f"\n(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average now {' '.join(load)};")
+    print(" wall time grows with other load on the machine, CPU time much less.)")
     return 0
 
 

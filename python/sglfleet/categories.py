@@ -119,10 +119,12 @@ for _i, _rule in enumerate(_RULES):
         _WORD_RULES[_word] = (*_WORD_RULES.get(_word, ()), _i)
 
 # A phrase is counted only when its first word is among the tokens (None: a symbol, always counted).
-_PHRASE_KEYS: tuple[tuple[tuple[str, str | None], ...], ...] = tuple(
-    tuple((p, p.split()[0] if p.replace(" ", "").replace("-", "").isalpha() else None) for p in rule.phrases)
-    for rule in _RULES
+_PHRASES: tuple[tuple[int, str, str | None], ...] = tuple(
+    (i, p, p.split()[0] if p.replace(" ", "").replace("-", "").isalpha() else None)
+    for i, rule in enumerate(_RULES)
+    for p in rule.phrases
 )
+_PATTERNS: tuple[tuple[int, Rule], ...] = tuple((i, r) for i, r in enumerate(_RULES) if r.pattern is not None)
 
 
 def tokens(lower: str) -> list[str]:
@@ -180,12 +182,12 @@ def classify(text: str) -> str:
     for word in words:
         for i in _WORD_RULES.get(word, ()):
             hits[i] += 1
+    for i, phrase, key in _PHRASES:
+        if key is None or key in present:
+            hits[i] += lower.count(phrase)
     has_digit = _DIGIT.search(head) is not None
-    for i, rule in enumerate(_RULES):
-        for phrase, key in _PHRASE_KEYS[i]:
-            if key is None or key in present:
-                hits[i] += lower.count(phrase)
-        if rule.pattern is None or hits[i] >= 3:
+    for i, rule in _PATTERNS:
+        if hits[i] >= 3:
             continue
         if rule.gate and not any(g in head for g in rule.gate):
             continue
@@ -193,10 +195,11 @@ def classify(text: str) -> str:
             continue
         if rule.category == "math" and not has_digit:
             continue
-        hits[i] += len(rule.pattern.findall(head))
+        hits[i] += len(rule.pattern.findall(head))  # type: ignore[union-attr]
     scores: dict[str, int] = {}
-    for rule, count in zip(_RULES, hits, strict=True):
+    for i, count in enumerate(hits):
         if count:
+            rule = _RULES[i]
             scores[rule.category] = scores.get(rule.category, 0) + rule.weight * min(count, 3)
     best, best_score = CHAT, 0
     for category, score in scores.items():
