@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from sglfleet.formats import normalise
+from sglfleet.adapters import normalise
 
 
 class Dup(enum.StrEnum):

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from sglfleet.adapters import Format, RowError, to_messages, user_text
 from sglfleet.atomicio import atomic_write
 from sglfleet.categories import classify
 from sglfleet.dataerrors import DataError
-from sglfleet.formats import Format, RowError, to_messages, user_text
 from sglfleet.report import MergeReport, write_report
 
 DEFAULT_MIN_COMPLETION_TOKENS = 17

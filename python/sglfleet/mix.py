@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from sglfleet.adapters import Message, RowError, to_messages, user_text
 from sglfleet.atomicio import atomic_write
 from sglfleet.categories import classify
 from sglfleet.dataerrors import DataError
 from sglfleet.dedupe import ExactDeduper, NearDeduper, frozen_hashes, text_hash
-from sglfleet.formats import Message, RowError, to_messages, user_text
 from sglfleet.mixconfig import AUTO, ExistingConfig, MixConfig, Shortfall, SourceConfig
 from sglfleet.report import MixReport, SourceReport, write_report
 from sglfleet.sources import read_rows, where

@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sglfleet.adapters import DEFAULT_FIELD, Format
 from sglfleet.categories import CATEGORIES
 from sglfleet.dataerrors import DataError
-from sglfleet.formats import DEFAULT_FIELD, Format
 from sglfleet.sources import SourceType, detect_type
 
 AUTO = "auto"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from sglfleet.adapters import user_text
 from sglfleet.categories import classify
 from sglfleet.cli import main
 from sglfleet.dataerrors import DataError
-from sglfleet.formats import user_text
 from sglfleet.mix import build_mix, custom_id
 from sglfleet.mixconfig import load_config, parse_config
 

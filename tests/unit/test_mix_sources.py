@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sglfleet.adapters import Format, RowError, to_messages
 from sglfleet.categories import classify
 from sglfleet.dataerrors import DataError
 from sglfleet.dedupe import NearDeduper, text_hash
-from sglfleet.formats import Format, RowError, to_messages
 from sglfleet.mix import build_mix
 from sglfleet.mixconfig import parse_config
 from sglfleet.sources import SourceType, read_rows
