@@ -36,6 +36,24 @@ def _json(line: bytes, where: str) -> Any:
         raise DataError(f"{where}: not valid JSON: {exc}") from None
 
 
+def prompts_of(results: Path) -> Path:
+    """The prompts file a results file answers, from the manifest `sglfleet generate` writes next to it
+    (`RESULTS.manifest.json`, `input.path`)."""
+    manifest = results.with_name(results.name + ".manifest.json")
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        path = Path(data["input"]["path"])
+    except FileNotFoundError:
+        raise DataError(
+            f"{results}: no {manifest.name} next to it to name the prompts file; pass --prompts"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise DataError(f"{manifest}: no input.path in it ({exc}); pass --prompts") from None
+    if not path.is_absolute() and not path.exists():
+        path = manifest.parent / path
+    return path
+
+
 def index_prompts(path: Path) -> dict[str, int]:
     """custom_id → byte offset of its line in the prompts file."""
     offsets: dict[str, int] = {}
@@ -109,7 +127,7 @@ def _existing_category(row: Any, where: str, category_field: str | None) -> str:
 def merge(
     existing: Path,
     results: Path,
-    prompts: Path,
+    prompts: Path | None,
     output: Path,
     report_path: Path | None = None,
     *,
@@ -117,7 +135,12 @@ def merge(
     drop_finish_reasons: Iterable[str] = DEFAULT_DROP_FINISH_REASONS,
     category_field: str | None = "category",
 ) -> MergeReport:
-    """Write `output` = the existing rows + the kept results (and the report); nothing on error."""
+    """Write `output` = the existing rows + the kept results (and the report); nothing on error.
+
+    `prompts=None`: the prompts file named by the results' generation manifest.
+    """
+    if prompts is None:
+        prompts = prompts_of(results)
     for label, path in (("existing set", existing), ("results", results), ("prompts", prompts)):
         if not path.is_file():
             raise DataError(f"{label}: {path}: no such file")

@@ -148,3 +148,19 @@ def test_cli_merge(tmp_path: Path, mixed, capsys: pytest.CaptureFixture) -> None
     assert "100 rows written" in capsys.readouterr().out
     assert main([*args[:-1], str(tmp_path / "missing.jsonl"), "--output", str(out)]) == 1
     assert "prompts: " in capsys.readouterr().err
+
+
+def test_prompts_default_to_the_input_of_the_generation_manifest(tmp_path: Path, mixed) -> None:
+    existing, prompts, rows = mixed
+    results = write_jsonl(tmp_path / "r.jsonl", [result(r["custom_id"]) for r in rows[:10]])
+    with pytest.raises(
+        DataError, match=r"r\.jsonl: no r\.jsonl\.manifest\.json next to it .* pass --prompts"
+    ):
+        merge(existing, results, None, tmp_path / "o.jsonl")
+    manifest = {
+        "status": "complete",
+        "input": {"path": prompts.name, "sha256": "0" * 64, "format": "openai-batch"},
+    }
+    (tmp_path / "r.jsonl.manifest.json").write_text(json.dumps(manifest))
+    report = merge(existing, results, None, tmp_path / "o.jsonl")
+    assert sum(report.new.values()) == 10 and report.prompts == 120

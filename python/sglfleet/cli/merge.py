@@ -24,7 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--existing", type=Path, required=True, help="existing training set (JSONL)")
     parser.add_argument("--results", type=Path, required=True, help="generation results (Batch output JSONL)")
     parser.add_argument(
-        "--prompts", type=Path, required=True, help="the prompts the results answer (`sglfleet mix` output)"
+        "--prompts",
+        type=Path,
+        help="the prompts the results answer (`sglfleet mix` output); default: the input named in "
+        "RESULTS.manifest.json, which `sglfleet generate` writes",
     )
     parser.add_argument("--output", type=Path, required=True, help="merged training set to write (JSONL)")
     parser.add_argument("--report", type=Path, help="report to write (Markdown; JSON next to it)")
