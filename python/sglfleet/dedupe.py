@@ -4,8 +4,9 @@ Exact: every prompt's normalised text is hashed to 64 bits. The existing trainin
 held as one sorted numpy array (8 bytes a row); the candidates seen so far in a Python set. The
 first occurrence wins, in the order the caller offers texts (the mix: config order, then file order).
 
-Near: MinHash signatures of word 3-gram shingles in an LSH index (datasketch); a text whose
-estimated Jaccard similarity with an earlier one reaches the threshold is a near duplicate.
+Near: MinHash signatures (datasketch) of word 3-gram shingles, banded as in LSH; a text that
+shares a band with an earlier one (estimated Jaccard similarity about the threshold or more) is a
+near duplicate.
 """
 
 from __future__ import annotations
@@ -70,22 +71,43 @@ def shingles(text: str, size: int = 3) -> set[bytes]:
     return {" ".join(words[i : i + size]).encode() for i in range(len(words) - size + 1)}
 
 
+def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
+    """Bands and rows per band for MinHash LSH: the split of `num_perm` that minimises the (equally
+    weighted) false-positive and false-negative areas under the S-curve around `threshold`, as
+    datasketch's MinHashLSH chooses them."""
+    low = np.linspace(0.0, threshold, 201)
+    high = np.linspace(threshold, 1.0, 201)
+    best, params = float("inf"), (1, num_perm)
+    for bands in range(1, num_perm + 1):
+        for rows in range(1, num_perm // bands + 1):
+            false_pos = np.trapezoid(1 - (1 - low**rows) ** bands, low)
+            false_neg = np.trapezoid((1 - high**rows) ** bands, high)
+            if false_pos + false_neg < best:
+                best, params = false_pos + false_neg, (bands, rows)
+    return params
+
+
 class NearDeduper:
-    """MinHash LSH over the texts offered so far; `check` says whether a text is a near duplicate."""
+    """MinHash LSH over the texts offered so far; `check` says whether a text is a near duplicate.
+
+    A text is a near duplicate when one of its LSH bands equals a band of an earlier text (what
+    datasketch's MinHashLSH.query reports). Only the band keys are kept, one 64-bit hash per band
+    and text, not the signatures: a few hundred bytes per text.
+    """
 
     SCHEME = "affine32"  # datasketch >= 2 permutation scheme
 
     def __init__(self, threshold: float, num_perm: int = 64, seed: int = 1) -> None:
-        from datasketch import MinHash, MinHashLSH
+        from datasketch import MinHash
 
         self._minhash = MinHash
         self._template = MinHash(num_perm=num_perm, seed=seed, scheme=self.SCHEME)
-        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
         self._num_perm = num_perm
         self._seed = seed
-        self._count = 0
+        self.bands, self.rows = lsh_params(threshold, num_perm)
+        self._keys: set[int] = set()
 
-    def signature(self, text: str):  # -> datasketch.MinHash
+    def signature(self, text: str) -> np.ndarray:
         sig = self._minhash(
             num_perm=self._num_perm,
             seed=self._seed,
@@ -93,12 +115,20 @@ class NearDeduper:
             scheme=self.SCHEME,
         )
         sig.update_batch(sorted(shingles(text)))
-        return sig
+        return sig.hashvalues
 
     def check(self, text: str) -> Dup | None:
-        sig = self.signature(text)
-        if self._lsh.query(sig):
+        values = self.signature(text)
+        r = self.rows
+        keys = [
+            int.from_bytes(
+                hashlib.blake2b(
+                    values[i * r : (i + 1) * r].tobytes(), digest_size=8, salt=i.to_bytes(2, "big")
+                ).digest()
+            )
+            for i in range(self.bands)
+        ]
+        if any(k in self._keys for k in keys):
             return Dup.NEAR
-        self._lsh.insert(self._count, sig, check_duplication=False)
-        self._count += 1
+        self._keys.update(keys)
         return None
