@@ -68,6 +68,8 @@ def source_prompts(source: SourceConfig) -> Iterator[Prompt | tuple[int, RowErro
 
 def _filter_reason(prompt: Prompt, config: MixConfig) -> str | None:
     f = config.filters
+    if not prompt.messages:  # nothing to send at all, whatever the filters say
+        return "empty"
     stripped = prompt.text.strip()
     if not stripped:
         has_system = any(m["role"] == "system" and m["content"].strip() for m in prompt.messages)
