@@ -145,6 +145,12 @@ ADAPTERS: dict[Format, Callable[[Mapping[str, Any], str], list[Message]]] = {
 }
 
 
+def fields_read(fmt: Format, field: str | None = None) -> tuple[str, ...]:
+    """The row fields an adapter reads, the mapped one first."""
+    main = field or DEFAULT_FIELD[fmt]
+    return (main, "input", "system") if fmt is Format.ALPACA else (main,)
+
+
 def to_messages(row: Any, fmt: Format, field: str | None = None) -> list[Message]:
     """The prompt messages of `row` read as `fmt` (field defaults to the format's usual one)."""
     if not isinstance(row, Mapping):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sglfleet.adapters import Message, RowError, to_messages, user_text
+from sglfleet.adapters import Message, RowError, fields_read, to_messages, user_text
 from sglfleet.atomicio import atomic_write
 from sglfleet.categories import classify
 from sglfleet.dataerrors import DataError
@@ -54,7 +54,8 @@ def source_prompts(source: SourceConfig) -> Iterator[Prompt | tuple[int, RowErro
     """Adapt every row of a source; a row that does not fit yields `(index, RowError)`."""
     fixed = None if source.category == AUTO else source.category
     try:
-        for index, row in read_rows(source.path, source.kind, source.split):
+        columns = fields_read(source.format, source.read_field)
+        for index, row in read_rows(source.path, source.kind, source.split, columns):
             try:
                 messages = to_messages(row, source.format, source.read_field)
             except RowError as exc:
@@ -88,7 +89,10 @@ def scan_existing(existing: ExistingConfig, want_hashes: bool) -> tuple[Counter[
     """Category counts of the existing training set, and its prompts' text hashes (sorted, unique)."""
     counts: Counter[str] = Counter()
     hashes = array("Q")
-    for index, row in read_rows(existing.path, existing.kind, existing.split):
+    columns = fields_read(existing.format, existing.read_field)
+    if existing.category_field:
+        columns += (existing.category_field,)
+    for index, row in read_rows(existing.path, existing.kind, existing.split, columns):
         try:
             messages = to_messages(row, existing.format, existing.read_field)
         except RowError as exc:

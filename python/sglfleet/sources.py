@@ -50,8 +50,14 @@ def where(path: Path, kind: SourceType, index: int) -> str:
     return f"{path} row {index}"
 
 
-def read_rows(path: Path, kind: SourceType, split: str | None = None) -> Iterator[tuple[int, Any]]:
-    """Yield `(index, row)` for every row of the source, in file order."""
+def read_rows(
+    path: Path, kind: SourceType, split: str | None = None, columns: tuple[str, ...] = ()
+) -> Iterator[tuple[int, Any]]:
+    """Yield `(index, row)` for every row of the source, in file order.
+
+    `columns`: for Parquet, read only these (the first one is the one the format needs: when the
+    file lacks it, every column is read so that the error can list them).
+    """
     if not path.exists():
         raise DataError(f"{path}: no such file or directory")
     if kind is SourceType.JSONL:
@@ -59,7 +65,7 @@ def read_rows(path: Path, kind: SourceType, split: str | None = None) -> Iterato
     elif kind is SourceType.JSON:
         yield from _json(path)
     elif kind is SourceType.PARQUET:
-        yield from _parquet(path)
+        yield from _parquet(path, columns)
     else:
         yield from _hf(path, split)
 
@@ -92,15 +98,17 @@ def _json(path: Path) -> Iterator[tuple[int, Any]]:
     yield from enumerate(data)
 
 
-def _parquet(path: Path) -> Iterator[tuple[int, Any]]:
+def _parquet(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, Any]]:
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise DataError(f"{path}: not a readable Parquet file: {exc}") from None
+    names = parquet.schema_arrow.names
+    wanted = [c for c in columns if c in names] if columns and columns[0] in names else None
     index = 0
-    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH, columns=wanted):
         for row in batch.to_pylist():
             yield index, row
             index += 1

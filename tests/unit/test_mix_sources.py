@@ -130,3 +130,18 @@ def test_near_deduper_flags_small_edits_not_different_texts() -> None:
 )
 def test_classifier(text: str, category: str) -> None:
     assert classify(text) == category
+
+
+def test_parquet_reads_the_mapped_columns_and_names_them_all_when_one_is_missing(tmp_path: Path) -> None:
+    table = pa.table({"question": ["What is a quark?"], "answer": ["A particle."], "meta": [{"a": 1}]})
+    pq.write_table(table, tmp_path / "q.parquet")
+    assert [
+        row for _, row in read_rows(tmp_path / "q.parquet", SourceType.PARQUET, columns=("question",))
+    ] == [{"question": "What is a quark?"}]
+    with pytest.raises(
+        DataError, match=r"q\.parquet row 0: row has no field 'prompt' \(fields: answer, meta, question\)"
+    ):
+        _mix_one(tmp_path, tmp_path / "q.parquet", "prompt", 1)
+    assert _mix_one(tmp_path, tmp_path / "q.parquet", "prompt", 1, field="question")[0]["body"][
+        "messages"
+    ] == [{"role": "user", "content": "What is a quark?"}]
