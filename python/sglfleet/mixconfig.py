@@ -37,8 +37,14 @@ class _Strict(BaseModel):
 class Quota(_Strict):
     """A count of prompts, or a share of `total`."""
 
-    count: int | None = None
-    share: float | None = None
+    count: int | None = Field(None, ge=0)
+    share: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> Quota:
+        if (self.count is None) == (self.share is None):
+            raise ValueError("give either a count or a share")
+        return self
 
 
 class SourceConfig(_Strict):

@@ -305,6 +305,10 @@ def test_shortfall_fill_takes_from_the_others_in_proportion(tmp_path: Path, sour
         (lambda c: c["sources"][0].update(quota="150%"), r"sources\[0\] \('sg'\)\.quota"),
         (lambda c: c["sources"][0].update(path="data.csv"), r"source 'sg': .*cannot tell the file type"),
         (lambda c: c.update(colour="blue"), r"colour: Extra inputs are not permitted"),
+        (
+            lambda c: c["sources"][2].update(quota={}),
+            r"sources\[2\] \('pl'\)\.quota: Value error, give either",
+        ),
         (lambda c: c["sources"].append(dict(c["sources"][0])), r"two sources are named 'sg'"),
     ],
 )

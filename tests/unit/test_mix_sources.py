@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -145,3 +146,12 @@ def test_parquet_reads_the_mapped_columns_and_names_them_all_when_one_is_missing
     assert _mix_one(tmp_path, tmp_path / "q.parquet", "prompt", 1, field="question")[0]["body"][
         "messages"
     ] == [{"role": "user", "content": "What is a quark?"}]
+
+
+def test_a_saved_dataset_without_the_datasets_package_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ds").mkdir()
+    monkeypatch.setitem(sys.modules, "datasets", None)  # what an environment without it looks like
+    with pytest.raises(DataError, match=r"source 's': .*ds: reading a saved Hugging Face dataset needs"):
+        _mix_one(tmp_path, tmp_path / "ds", "prompt", 1)
