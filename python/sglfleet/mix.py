@@ -125,10 +125,13 @@ def _targets(config: MixConfig, quotas: dict[str, int], available: dict[str, int
     if not short:
         return dict(quotas)
     if config.shortfall is Shortfall.ERROR:
-        name, gap = next(iter(short.items()))
         raise DataError(
-            f"source {name!r}: quota {quotas[name]} but only {available[name]} prompts are left after "
-            f"filters and dedupe ({gap} short); lower the quota or set shortfall: fill"
+            "; ".join(
+                f"source {name!r}: quota {quotas[name]} but only {available[name]} prompts are left after "
+                f"filters and dedupe ({gap} short)"
+                for name, gap in short.items()
+            )
+            + "; lower the quota or set shortfall: fill"
         )
     targets = {n: min(quotas[n], available[n]) for n in quotas}
     deficit = sum(short.values())
