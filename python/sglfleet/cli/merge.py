@@ -1,0 +1,71 @@
+"""`sglfleet merge`: the existing training set + generation results → the grown training set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sglfleet.dataerrors import DataError
+from sglfleet.merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
+
+
+def _reasons(value: str) -> tuple[str, ...]:
+    return tuple(r.strip() for r in value.split(",") if r.strip())
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "merge",
+        help="merge generation results into the training set (conversation JSONL + report)",
+        description="Copy the existing training set and append one conversation per kept result; "
+        "results are joined to their prompts by custom_id.",
+    )
+    parser.add_argument("--existing", type=Path, required=True, help="existing training set (JSONL)")
+    parser.add_argument("--results", type=Path, required=True, help="generation results (Batch output JSONL)")
+    parser.add_argument(
+        "--prompts",
+        type=Path,
+        help="the prompts the results answer (`sglfleet mix` output); default: the input named in "
+        "RESULTS.manifest.json, which `sglfleet generate` writes",
+    )
+    parser.add_argument("--output", type=Path, required=True, help="merged training set to write (JSONL)")
+    parser.add_argument("--report", type=Path, help="report to write (Markdown; JSON next to it)")
+    parser.add_argument(
+        "--min-completion-tokens",
+        type=int,
+        default=DEFAULT_MIN_COMPLETION_TOKENS,
+        help="drop answers shorter than this (usage.completion_tokens; default %(default)s)",
+    )
+    parser.add_argument(
+        "--drop-finish-reasons",
+        type=_reasons,
+        default=DEFAULT_DROP_FINISH_REASONS,
+        metavar="R1,R2",
+        help="finish reasons whose answers are dropped (default: length; '' keeps all)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report = merge(
+            args.existing,
+            args.results,
+            args.prompts,
+            args.output,
+            args.report,
+            min_completion_tokens=args.min_completion_tokens,
+            drop_finish_reasons=args.drop_finish_reasons,
+        )
+    except DataError as exc:
+        print(f"sglfleet merge: error: {exc}", file=sys.stderr)
+        return 1
+    rows = report.as_dict()["rows"]
+    print(
+        f"{rows['total']} rows written to {args.output} ({rows['existing']} existing + {rows['new']} new; "
+        f"{sum(report.dropped.values())} results dropped)"
+    )
+    if args.report:
+        print(f"report: {args.report} and {args.report.with_suffix('.json')}")
+    return 0
