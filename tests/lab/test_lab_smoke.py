@@ -3,7 +3,9 @@ shut down and destroyed; and the lab's promises around it (idempotent up, the ho
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +20,13 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_ct_lifecycle_through_the_api(ct):
-    created = ct.create(cores=2, memory=1024)
+    upid = ct.post_create(cores=2, memory=1024)
+    # The container is being unpacked in a worker thread: the API keeps answering meanwhile.
+    asked = time.monotonic()
+    assert ct.pve.version.get()["version"]
+    assert time.monotonic() - asked < 1.0
+    assert ct.pve.nodes(ct.settings.node).tasks(upid).status.get()["status"] == "running"
+    created = ct.run_task(upid)
     assert created["exitstatus"] == "OK", created
     assert ct.status() == "stopped"
     config = ct.api.config.get()
@@ -86,6 +94,12 @@ def test_host_network_is_unchanged_by_a_container_boot(ct):
     )
     assert masked.stdout.split() == ["masked"] * 3, masked
     assert host_network() == before
+    # Root in the container cannot change the host's network either (no CAP_NET_ADMIN there).
+    tamper = ct.ssh(
+        "ip addr add 198.51.100.7/32 dev lo || ip link set lo mtu 1280 || ip route add 198.51.100.0/24 dev lo"
+    )
+    assert tamper.returncode != 0
+    assert "Operation not permitted" in tamper.stderr
     ct.run_task(ct.api.status.shutdown.post(timeout=30))
     assert host_network() == before
 
@@ -160,3 +174,29 @@ def test_the_container_takes_the_hosts_package_access(ct):
     pip = ct.ssh("python3 -m pip download --no-deps --dest /tmp/dl six && ls /tmp/dl", timeout=120)
     assert pip.returncode == 0, pip
     assert re.search(r"^six-.*\.whl$", pip.stdout, re.M), pip
+
+
+def test_a_restarted_bridge_takes_its_containers_back(ct):
+    ct.create()
+    ct.start()
+    pid = ct.api.status.current.get()["pid"]
+    daemon = int(ct.settings.pidfile.read_text())
+    os.kill(daemon, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while (
+        Path(f"/proc/{daemon}/status").exists() and "zombie" not in Path(f"/proc/{daemon}/status").read_text()
+    ):
+        assert time.monotonic() < deadline, "fakepve did not die"
+        time.sleep(0.05)
+    done = subprocess.run(
+        [sys.executable, "-m", "sglfleet.testing.lab", "up"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "serves the PVE API" in done.stdout
+    current = ct.api.status.current.get()
+    assert (current["status"], current["pid"]) == ("running", pid)
+    assert ct.run_task(ct.api.status.shutdown.post(timeout=30))["exitstatus"] == "OK"

@@ -143,6 +143,9 @@ class LxcHost:
             f"lxc.rootfs.path = dir:{rootfs}",
             # No network of its own: the host's namespace, whose interfaces the container never configures.
             "lxc.net.0.type = none",
+            # ... and cannot: without CAP_NET_ADMIN, root in the container cannot change links, addresses or
+            # routes (/proc/sys is read-only too: proc:mixed).
+            "lxc.cap.drop = net_admin",
             # The host has no AppArmor and cgroup v1: systemd boots with these.
             "lxc.apparmor.profile = unconfined",
             "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",

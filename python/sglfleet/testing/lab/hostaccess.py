@@ -42,10 +42,11 @@ COPIED_TREES = ("/etc", "/usr/local/share/ca-certificates", "/usr/share/keyrings
 
 @dataclass(frozen=True)
 class HostAccess:
-    """Files to copy (host path, path inside the container), read-only bind mounts, and variables."""
+    """Files to copy (host path, path inside the container), read-only bind mounts (path, "dir" or
+    "file"), and variables."""
 
     files: tuple[tuple[Path, str], ...]
-    binds: tuple[Path, ...]
+    binds: tuple[tuple[Path, str], ...]
     environment: tuple[tuple[str, str], ...]
 
     @classmethod
@@ -96,12 +97,12 @@ class HostAccess:
             if conf.is_file() and re.search(r"acquire", conf.read_text(errors="replace"), re.I):
                 add(conf, "/" + str(conf.relative_to(root)))
         environment = tuple(sorted((k, v) for k, v in environ.items() if ENV_PATTERN.match(k)))
-        binds: list[Path] = []
+        binds: list[tuple[Path, str]] = []
         for location in pip_locations(pip_configs, environment):
             if any(location == Path(tree) or Path(tree) in location.parents for tree in COPIED_TREES):
                 add(at(str(location)), str(location))
-            elif at(str(location)).exists() and location not in binds:
-                binds.append(location)
+            elif at(str(location)).exists() and location not in dict(binds):
+                binds.append((location, "dir" if at(str(location)).is_dir() else "file"))
         return cls(
             files=tuple(sorted((host, inside) for inside, host in files.items())),
             binds=tuple(binds),
@@ -132,11 +133,7 @@ class HostAccess:
 
     def mount_entries(self) -> list[str]:
         """lxc.mount.entry values for the read-only bind mounts."""
-        out = []
-        for path in self.binds:
-            kind = "dir" if path.is_dir() else "file"
-            out.append(f"{path} {str(path).lstrip('/')} none ro,bind,create={kind} 0 0")
-        return out
+        return [f"{path} {str(path).lstrip('/')} none ro,bind,create={kind} 0 0" for path, kind in self.binds]
 
 
 def _env_line(name: str, value: str) -> str:
