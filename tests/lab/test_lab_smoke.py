@@ -152,14 +152,19 @@ def test_a_container_that_powers_off_shows_stopped(ct):
         time.sleep(0.2)
     assert ct.status() == "stopped"
     assert ct.start()["exitstatus"] == "OK"
-    assert ct.ssh("true").returncode == 0
+    pid = ct.api.status.current.get()["pid"]
+    assert ct.run_task(ct.api.status.reboot.post(timeout=30))["exitstatus"] == "OK"
+    rebooted = ct.api.status.current.get()
+    assert rebooted["status"] == "running"
+    assert rebooted["pid"] != pid
+    assert ct.ssh("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
 
 
 def test_the_container_takes_the_hosts_package_access(ct):
     ct.create()
     ct.start()
-    carried = [
-        path
+    host_files = [
+        Path(path)
         for path in (
             "/etc/resolv.conf",
             "/etc/ssl/certs/ca-certificates.crt",
@@ -168,17 +173,20 @@ def test_the_container_takes_the_hosts_package_access(ct):
         )
         if Path(path).is_file()
     ]
-    assert carried, "the host has none of the files the lab carries"
-    for path in carried:
-        assert ct.ssh(f"cat {path}").stdout == Path(path).read_text(), path
+    host_files += sorted(p for p in Path("/etc/apt/sources.list.d").glob("*") if p.is_file())
+    assert host_files, "the host has none of the files the lab carries"
+    for path in host_files:
+        assert ct.ssh(f"cat {path}").stdout == path.read_text(), path
+    if not Path("/etc/apt/sources.list").exists():
+        assert ct.ssh("test ! -e /etc/apt/sources.list").returncode == 0
     pip = ct.ssh("python3 -m pip download --no-deps --dest /tmp/dl six && ls /tmp/dl", timeout=120)
     assert pip.returncode == 0, pip
     assert re.search(r"^six-.*\.whl$", pip.stdout, re.M), pip
 
 
 def test_a_restarted_bridge_takes_its_containers_back(ct):
-    ct.create()
-    ct.start()
+    assert ct.create(start=1)["exitstatus"] == "OK"
+    assert ct.status() == "running"
     pid = ct.api.status.current.get()["pid"]
     daemon = int(ct.settings.pidfile.read_text())
     os.kill(daemon, signal.SIGKILL)

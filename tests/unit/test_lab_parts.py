@@ -141,6 +141,7 @@ def test_the_hosts_package_access_is_collected(host):
 def test_package_access_is_installed_into_a_rootfs(host, tmp_path):
     rootfs = tmp_path / "rootfs"
     write(rootfs / "etc/environment", 'LANG="C"\nPIP_INDEX_URL="old"\n')
+    write(rootfs / "etc/apt/sources.list", "deb http://deb.debian.org/debian bookworm main\n")
     (rootfs / "etc/resolv.conf").symlink_to("/run/systemd/resolve/stub-resolv.conf")
     environ = {"PIP_INDEX_URL": 'https://idx.example/"q"'}
     HostAccess.from_host(root=host, environ=environ, home=host / "home/pip.d").install(rootfs)

@@ -43,11 +43,12 @@ COPIED_TREES = ("/etc", "/usr/local/share/ca-certificates", "/usr/share/keyrings
 @dataclass(frozen=True)
 class HostAccess:
     """Files to copy (host path, path inside the container), read-only bind mounts (path, "dir" or
-    "file"), and variables."""
+    "file"), variables, and files the container must not have because the host has not."""
 
     files: tuple[tuple[Path, str], ...]
     binds: tuple[tuple[Path, str], ...]
     environment: tuple[tuple[str, str], ...]
+    removed: tuple[str, ...] = ()
 
     @classmethod
     def from_host(
@@ -103,14 +104,19 @@ class HostAccess:
                 add(at(str(location)), str(location))
             elif at(str(location)).exists() and location not in dict(binds):
                 binds.append((location, "dir" if at(str(location)).is_dir() else "file"))
+        # Sources only in sources.list.d: debootstrap's sources.list would list the mirror twice.
+        removed = () if at("/etc/apt/sources.list").is_file() else ("/etc/apt/sources.list",)
         return cls(
             files=tuple(sorted((host, inside) for inside, host in files.items())),
             binds=tuple(binds),
             environment=environment,
+            removed=removed,
         )
 
     def install(self, rootfs: Path) -> None:
         """Copy the files into rootfs (a container's root) and write the variables to /etc/environment."""
+        for inside in self.removed:
+            (rootfs / inside.lstrip("/")).unlink(missing_ok=True)
         for host, inside in self.files:
             target = rootfs / inside.lstrip("/")
             if target.is_symlink() or target.is_dir():
