@@ -165,7 +165,7 @@ def test_pip_environment_locations_are_mounted_too(tmp_path):
 def test_the_lxc_config_shares_the_hosts_network_and_boots_systemd(tmp_path):
     settings = LabSettings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
     access = HostAccess(files=(), binds=((Path("/opt/wheels"), "dir"),), environment=())
-    config = LxcHost(settings, access).config_text(200, Shape("ct200", cores=4, memory=2048))
+    config = LxcHost(settings, access, cgroup_v2=False).config_text(200, Shape("ct200", cores=4, memory=2048))
     lines = config.splitlines()
     for line in (
         "lxc.net.0.type = none",
@@ -180,8 +180,22 @@ def test_the_lxc_config_shares_the_hosts_network_and_boots_systemd(tmp_path):
     ):
         assert line in lines, line
     assert not any(line.startswith("lxc.net.0.link") for line in lines)
-    no_cores = LxcHost(settings, access).config_text(200, Shape("ct200"))
+    no_cores = LxcHost(settings, access, cgroup_v2=False).config_text(200, Shape("ct200"))
     assert "cfs_quota_us" not in no_cores
+
+
+def test_limits_follow_the_hosts_cgroup_version(tmp_path):
+    settings = LabSettings(state_dir=tmp_path)
+    access = HostAccess(files=(), binds=(), environment=())
+    shape = Shape("ct200", cores=2, memory=1024)
+    v2 = LxcHost(settings, access, cgroup_v2=True)
+    assert v2.limits(shape) == [
+        ("lxc.cgroup2.memory.max", str(1024 * 1024**2)),
+        ("lxc.cgroup2.cpu.max", "200000 100000"),
+    ]
+    assert v2.limits(Shape("ct200"), live=True)[1] == ("lxc.cgroup2.cpu.max", "max 100000")
+    v1 = LxcHost(settings, access, cgroup_v2=False)
+    assert v1.limits(Shape("ct200"), live=True)[1] == ("lxc.cgroup.cpu.cfs_quota_us", "-1")
 
 
 def test_a_shape_takes_pve_defaults():

@@ -42,6 +42,7 @@ IGNORED = {
     r"dev\d+": "device passthrough ignored: the lab has no GPUs",
     r"net\d+": "network device ignored: the lab container shares the host's network",
     r"mp\d+": "mount point ignored by the lab",
+    r"features": "feature flags ignored: the lab container is privileged and may do what they allow",
 }
 
 
@@ -171,6 +172,8 @@ class LabPve(FakePve):
         LOG.info("CT %s made from %s in %.1f s", ct.vmid, template, time.monotonic() - start)
         port = self.lxc.ssh_port(ct.vmid)
         notes = [f"lab: container {ct.vmid} made from {template.name}, sshd on 127.0.0.1:{port}"]
+        if str(ct.config.get("unprivileged", "0")) == "1":
+            notes.append("lab: unprivileged=1 is kept in the config, but the lab container is privileged")
         return notes + self._ignored(ct.config)
 
     @staticmethod
