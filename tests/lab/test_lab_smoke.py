@@ -28,6 +28,8 @@ def test_ct_lifecycle_through_the_api(ct):
     assert ct.pve.nodes(ct.settings.node).tasks(upid).status.get()["status"] == "running"
     created = ct.run_task(upid)
     assert created["exitstatus"] == "OK", created
+    log = [line["t"] for line in ct.pve.nodes(ct.settings.node).tasks(upid).log.get()]
+    assert f"lab: container 200 made from {ct.settings.template_name}, sshd on 127.0.0.1:2222" in log
     assert ct.status() == "stopped"
     config = ct.api.config.get()
     assert (config["hostname"], config["cores"], int(config["memory"])) == ("ct200", 2, 1024)

@@ -109,7 +109,7 @@ def _up(settings: LabSettings, say: Say) -> bool:
     if did:
         say(f"lab up in {time.monotonic() - start:.1f} s")
     else:
-        say(f"lab already up: fakepve pid {pid} on {settings.url}")
+        say(f"lab already up: fakepve pid {pid} on {settings.url} ({daemon_python(pid)})")
     return did
 
 
@@ -222,6 +222,14 @@ def daemon_pid(settings: LabSettings) -> int | None:
     return found[0] if found else None
 
 
+def daemon_python(pid: int) -> str:
+    """The interpreter a daemon runs (its venv says which checkout's code it serves)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except (OSError, IndexError):
+        return "?"
+
+
 def _is_daemon(pid: int) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -326,6 +334,7 @@ class Status:
     pid: int | None
     url: str
     answering: bool
+    python: str | None  # the interpreter the daemon runs: which checkout's code it serves
     template: Path
     template_size: int | None
     containers: list[tuple[int, str, int]] = field(default_factory=list)  # (vmid, state, ssh port)
@@ -339,9 +348,8 @@ class Status:
         if self.pid is None:
             out.append("fakepve: not running")
         else:
-            out.append(
-                f"fakepve: pid {self.pid}, {self.url} {'answers' if self.answering else 'does NOT answer'}"
-            )
+            answer = "answers" if self.answering else "does NOT answer"
+            out.append(f"fakepve: pid {self.pid} ({self.python}), {self.url} {answer}")
         if self.template_size is None:
             out.append(f"template: missing ({self.template})")
         else:
@@ -365,6 +373,7 @@ def status(settings: LabSettings) -> Status:
         pid=pid,
         url=settings.url,
         answering=pid is not None and api_ready(settings),
+        python=daemon_python(pid) if pid is not None else None,
         template=template,
         template_size=template.stat().st_size if template.is_file() else None,
         containers=containers,
