@@ -149,10 +149,18 @@ def test_a_container_that_powers_off_shows_stopped(ct):
     ct.start()
     assert ct.ssh("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
     ct.ssh("systemctl poweroff")
+
+    # Each way of reading a container's status asks LXC: the CT list, the cluster's resources, its status.
+    def listed() -> str:
+        return {c["vmid"]: c["status"] for c in ct.pve.nodes(ct.settings.node).lxc.get()}[ct.vmid]
+
+    def resource() -> str:
+        return {r["vmid"]: r["status"] for r in ct.pve.cluster.resources.get(type="vm")}[ct.vmid]
+
     deadline = time.monotonic() + 30
-    while ct.status() != "stopped" and time.monotonic() < deadline:
+    while resource() != "stopped" and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert ct.status() == "stopped"
+    assert resource() == listed() == ct.status() == "stopped"
     assert ct.start()["exitstatus"] == "OK"
     pid = ct.api.status.current.get()["pid"]
     assert ct.run_task(ct.api.status.reboot.post(timeout=30))["exitstatus"] == "OK"
