@@ -118,7 +118,9 @@ def test_unprivileged_cannot_change():
 
 
 def test_create_params_in_pve_spelling():
-    params = spec(ostemplate="local:vztmpl/debian-12.tar.zst", ssh_public_keys="ssh-ed25519 AAA x").create_params()
+    params = spec(
+        ostemplate="local:vztmpl/debian-12.tar.zst", ssh_public_keys="ssh-ed25519 AAA x"
+    ).create_params()
     assert params == {
         "vmid": 200,
         "ostemplate": "local:vztmpl/debian-12.tar.zst",
