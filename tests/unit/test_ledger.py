@@ -15,6 +15,8 @@ from module_runner import assert_examples_use_documented_options, module_doc, ru
 
 from sglfleet import ledger as lg
 
+pytestmark = pytest.mark.timeout(60)
+
 T0 = datetime(2026, 12, 2, 18, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 12, 2, 19, 0, 0, tzinfo=UTC)
 
