@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +38,21 @@ class EnsureResult:
         }
 
     def diff(self) -> dict[str, Any]:
+        """Ansible's diff: before/after as `key: value` lines, keys in natural order (dev2 before dev10)."""
         return {
-            "before": self.before,
-            "after": self.after,
+            "before": _lines(self.before),
+            "after": _lines(self.after),
             "before_header": f"CT {self.vmid} (PVE now)",
             "after_header": f"CT {self.vmid} (declared)",
         }
+
+
+def _natural(key: str) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
+
+
+def _lines(values: dict[str, str]) -> str:
+    return "".join(f"{key}: {values[key]}\n" for key in sorted(values, key=_natural))
 
 
 def check_credentials(spec: ContainerSpec, creds: Credentials) -> None:
