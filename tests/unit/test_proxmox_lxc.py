@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,28 @@ def test_wrong_ca_is_a_clear_tls_error(pve, module, tmp_path):
     result = module(ca_cert=cafile)
     assert result["failed"] is True and "TLS verification failed" in result["msg"]
     assert pve.requests == []
+
+
+def test_running_container_reports_a_restart_for_pending_changes(pve, module):
+    module(state="started")
+    result = module(state="started", features=["nesting=1"], cores=4)
+    assert result["changed"] is True and result["restart_required"] is True
+    assert pve.ct(200).pending == {
+        "features": "nesting=1"
+    }  # cores applied at once, features at the next start
+    assert result["config"]["features"] == "nesting=1"  # config shows what the CT will run with
+    again = module(state="started", features=["nesting=1"], cores=4)
+    assert again["changed"] is False and again["restart_required"] is True
+
+
+@pytest.mark.fakepve(time_scale=0.01)
+def test_tasks_are_waited_for_and_a_slow_one_times_out(pve, module):
+    pve.ct_secs["create"] = 100  # one real second
+    result = module()
+    assert result["changed"] is True and pve.ct(200).config["cores"] == 8
+    assert len([r for r in pve.requests if r[1].endswith("/status")]) >= 2  # polled while it ran
+    pve.ct(200).start_secs = 250  # two and a half real seconds
+    result = module(state="started", timeout=1)
+    assert result["failed"] is True
+    assert "still running after 1 s" in result["msg"]
+    time.sleep(2)  # let the start task end before the fake stops
