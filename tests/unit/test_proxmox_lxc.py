@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -324,3 +325,33 @@ def test_tasks_are_waited_for_and_a_slow_one_times_out(pve, module):
     assert result["failed"] is True
     assert "still running after 1 s" in result["msg"]
     time.sleep(2)  # let the start task end before the fake stops
+
+
+@pytest.mark.fakepve(time_scale=0.01)
+def test_a_real_concurrent_edit_between_read_and_write_is_retried(pve, module):
+    """Someone edits the config while the module's PUT is on its way: PVE refuses the stale digest."""
+    module()
+    pve.slow_network(50)  # every answer half a real second late: a window between GET and PUT
+    seen = len(pve.requests)
+    edited = threading.Event()
+
+    def edit_after_the_read():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(m == "GET" and p.endswith("/lxc/200/config") for m, p, _ in pve.requests[seen:]):
+                time.sleep(0.2)  # the PUT is in flight now, held by the latency
+                pve.ct(200).config["description"] = "edited by hand"
+                edited.set()
+                return
+            time.sleep(0.02)
+
+    editor = threading.Thread(target=edit_after_the_read)
+    editor.start()
+    result = module(cores=12)
+    editor.join()
+    assert edited.is_set()
+    assert result["changed"] is True, result
+    config = pve.ct(200).config
+    assert config["cores"] == 12 and config["description"] == "edited by hand"
+    puts = [p for m, p, _ in pve.requests[seen:] if m == "PUT"]
+    assert len(puts) == 2  # the stale one, then the one with the digest read again
