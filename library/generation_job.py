@@ -139,7 +139,7 @@ status:
   returned: always
   type: str
 action:
-  description: What the module did (or would do in check mode): none, start or stop.
+  description: "What the module did (or would do in check mode): none, start or stop."
   returned: always
   type: str
 reason:
@@ -150,7 +150,8 @@ counts:
   description: From the manifest.
   returned: when the job has a manifest
   type: dict
-  sample: {"total": 193000, "done": 192990, "failed": 10, "remaining": 0, "sent_this_run": 1200, "retries_this_run": 4}
+  sample: {"total": 193000, "done": 192990, "failed": 10, "remaining": 0, "sent_this_run": 1200,
+           "retries_this_run": 4}
 tokens:
   description: Prompt and completion tokens over all runs.
   returned: when the job has a manifest
@@ -160,7 +161,7 @@ throughput:
   returned: when the job has a manifest
   type: dict
 message:
-  description: The engine's last word (e.g. where the failures are listed).
+  description: "The engine's last word, e.g. where the failures are listed."
   returned: always
   type: str
 """
@@ -241,7 +242,9 @@ def main() -> None:
             module.fail_json(msg=f"the job is still running after {p['wait_timeout']} s", **result)
         if result["status"] not in job.COMPLETE:
             tail = job.journal_tail(spec)
-            module.fail_json(msg=f"the job ended {result['status']}: {result.get('message') or tail}", **result)
+            module.fail_json(
+                msg=f"the job ended {result['status']}: {result.get('message') or tail}", **result
+            )
     module.exit_json(**result)
 
 
