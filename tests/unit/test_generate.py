@@ -16,12 +16,13 @@ from generate_support import (
     write_batch,
     write_conversations,
 )
+from rich.console import Console
 
 from sglfleet.cli import main as cli_main
 from sglfleet.formats import GenParams
 from sglfleet.generate import ExitCode, GenerateConfig, Outcome, run
 from sglfleet.manifest import load, manifest_path
-from sglfleet.progress import LogReporter
+from sglfleet.progress import LogReporter, RichReporter
 from sglfleet.testing.standin.process import StandinProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -226,3 +227,23 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         cli_main(["generate", "-i", str(tmp_path / "nope"), "-o", str(tmp_path / "o"), "-e", "http://x"]) == 2
     )
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_progress_live_bar_on_a_terminal_and_log_lines_off_it(tmp_path: Path, three: list[str]) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_batch(inp, 50)
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=160)
+    config = GenerateConfig(input=inp, output=out, endpoints=three, concurrency=2)
+    assert run(config, RichReporter(console, interval=0.01), handle_signals=False).exit_code == ExitCode.OK
+    text = screen.getvalue()
+    assert "50/50" in text and "req/s" in text and "out tok/s" in text and "ETA" in text
+    for url in three:
+        assert url.removeprefix("http://") in text, "one row per endpoint"
+
+    log = io.StringIO()
+    out.unlink()
+    manifest_path(out).unlink()
+    assert run(config, LogReporter(log, interval=0.01), handle_signals=False).exit_code == ExitCode.OK
+    last = log.getvalue().splitlines()[-1]
+    assert last.startswith("generate: 50/50 (100.0%)") and "errors 0" in last and "in flight" in last
