@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import random
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 RETRY_STATUSES = frozenset({408, 429})
 DOWN_STATUSES = frozenset({502, 503, 504})
@@ -85,8 +85,8 @@ async def post(
     except OSError as exc:
         return Attempt(Kind.RETRY, message=f"{type(exc).__name__}: {exc}", endpoint_down=True)
     try:
-        parsed = json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        parsed = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
         parsed = None
     if status == 200:
         if isinstance(parsed, dict):

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sglfleet.ids import IdSet, id_digest
 
@@ -84,8 +85,8 @@ class InvalidLine(ValueError):
 
 def _object(raw: bytes) -> dict[str, Any]:
     try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise InvalidLine(f"bad JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise InvalidLine(f"expected a JSON object, got {type(obj).__name__}")
@@ -201,11 +202,10 @@ def scan_input(path: Path) -> ScanResult:
         result.requests += 1
         result.ids.add(cid)
     result.sha256 = sha.hexdigest()
-    repeated = result.ids.repeated_digests()
-    if repeated:
-        result.errors.extend(_duplicates(path, result.format, repeated))
-        result.errors.sort(key=lambda e: e.line)
     result.ids.freeze()
+    if result.ids.repeated:
+        result.errors.extend(_duplicates(path, result.format, result.ids.repeated))
+        result.errors.sort(key=lambda e: e.line)
     if result.format is None and not result.errors:
         result.errors.append(LineError(0, "the input has no requests"))
     return result
@@ -246,4 +246,4 @@ def iter_requests(
             continue
         for key, value in defaults.items():
             body.setdefault(key, value)
-        yield Request(cid, url, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+        yield Request(cid, url, orjson.dumps(body))

@@ -26,7 +26,7 @@ from sglfleet import client, manifest
 from sglfleet.dispatch import Endpoint, EndpointPool, NoEndpoint
 from sglfleet.formats import GenParams, LineError, Request, iter_requests, scan_input
 from sglfleet.progress import LogReporter, Reporter, Stats
-from sglfleet.store import OutputStore, Resumed, StoreError, error_line, errors_path, result_line
+from sglfleet.store import OutputStore, Resumed, StoreError, errors_path
 
 
 class ExitCode(enum.IntEnum):
@@ -151,7 +151,7 @@ class _Job:
             slot.release()
 
     def _record_ok(self, req: Request, a: client.Attempt) -> None:
-        self.store.write_result(result_line(req.custom_id, a.request_id, a.body, a.raw))
+        self.store.add_result(req.custom_id, a.request_id, a.body, a.raw)
         usage = a.body.get("usage") if isinstance(a.body, dict) else None
         if isinstance(usage, dict):
             completion = int(usage.get("completion_tokens") or 0)
@@ -162,7 +162,7 @@ class _Job:
         self.stats.done_this_run += 1
 
     def _record_failure(self, req: Request, code: str, a: client.Attempt, suffix: str = "") -> None:
-        self.store.write_error(error_line(req.custom_id, code, a.message + suffix, a.status, a.body))
+        self.store.add_error(req.custom_id, code, a.message + suffix, a.status, a.body)
         self.stats.failed += 1
 
     async def feed(self, requests: Any) -> None:

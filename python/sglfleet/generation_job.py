@@ -68,7 +68,16 @@ class JobSpec:
 
     def command(self) -> list[str]:
         """The ``sglfleet generate`` command line the unit runs (the API key travels in the env file)."""
-        argv = [self.python, "-m", "sglfleet", "generate", "--input", str(self.input), "--output", str(self.output)]
+        argv = [
+            self.python,
+            "-m",
+            "sglfleet",
+            "generate",
+            "--input",
+            str(self.input),
+            "--output",
+            str(self.output),
+        ]
         for url in self.endpoints:
             argv += ["--endpoint", url]
         argv += ["--concurrency", str(self.concurrency), "--max-retries", str(self.max_retries)]
@@ -129,7 +138,9 @@ def observe(spec: JobSpec, runner: Runner = _run) -> Observed:
     if m is not None and m.status in COMPLETE and spec.input.is_file():
         sha = file_sha256(spec.input)
     return Observed(
-        unit_state=props.get("ActiveState", "inactive") if props.get("LoadState") != "not-found" else "inactive",
+        unit_state=props.get("ActiveState", "inactive")
+        if props.get("LoadState") != "not-found"
+        else "inactive",
         unit_result=props.get("Result", ""),
         exit_status=int(status) if status and status.isdigit() else None,
         manifest=m,
@@ -138,7 +149,9 @@ def observe(spec: JobSpec, runner: Runner = _run) -> Observed:
 
 
 def _show(unit: str, runner: Runner) -> dict[str, str]:
-    proc = runner(["systemctl", "show", unit, "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus"])
+    proc = runner(
+        ["systemctl", "show", unit, "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus"]
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"systemctl show {unit} failed: {proc.stderr.strip()}")
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)

@@ -12,7 +12,6 @@ duplicate check compares the actual strings, so only resume could ever be fooled
 from __future__ import annotations
 
 import bisect
-import itertools
 from array import array
 from collections.abc import Iterable
 from hashlib import blake2b
@@ -26,11 +25,12 @@ def id_digest(custom_id: str) -> int:
 class IdSet:
     """Add ids (or their digests), then :meth:`freeze` once, then ask ``in``."""
 
-    __slots__ = ("_digests", "_frozen")
+    __slots__ = ("_digests", "_frozen", "repeated")
 
     def __init__(self, digests: Iterable[int] = ()) -> None:
         self._digests = array("Q", digests)
         self._frozen = False
+        self.repeated: set[int] = set()  # digests added more than once (known after freeze)
 
     def add(self, custom_id: str) -> None:
         self.add_digest(id_digest(custom_id))
@@ -41,15 +41,21 @@ class IdSet:
         self._digests.append(digest)
 
     def freeze(self) -> IdSet:
-        """Sort the digests (and drop repeats); afterwards the set only answers queries."""
-        self._digests = array("Q", sorted(set(self._digests)))
+        """Sort the digests once, note those added more than once, drop the repeats; afterwards
+        the set only answers queries."""
+        ordered = sorted(self._digests)
+        self._digests = array("Q")
+        self.repeated = set()
+        last = None
+        for d in ordered:
+            if d == last:
+                self.repeated.add(d)
+            else:
+                self._digests.append(d)
+                last = d
+        del ordered
         self._frozen = True
         return self
-
-    def repeated_digests(self) -> set[int]:
-        """Digests added more than once (call before :meth:`freeze`)."""
-        ordered = sorted(self._digests)
-        return {a for a, b in itertools.pairwise(ordered) if a == b}
 
     def __contains__(self, custom_id: object) -> bool:
         return isinstance(custom_id, str) and self.has_digest(id_digest(custom_id))

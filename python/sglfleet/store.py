@@ -18,17 +18,15 @@ ids already done. An exclusive ``flock`` on ``OUT`` refuses a second writer.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglfleet.ids import IdSet, id_digest
+import orjson
 
-_DECODER = json.JSONDecoder()
+from sglfleet.ids import IdSet, id_digest
 
 
 class StoreError(RuntimeError):
@@ -58,66 +56,62 @@ def _compact(raw: bytes) -> bytes | None:
     return None
 
 
-def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | None = None) -> bytes:
+class LineIds:
+    """Batch output line ids, ``batch_req_<run><n>``: unique across runs without a syscall per line."""
+
+    def __init__(self) -> None:
+        self._prefix = "batch_req_" + os.urandom(8).hex()
+        self._n = 0
+
+    def __call__(self) -> str:
+        self._n += 1
+        return f"{self._prefix}{self._n:08x}"
+
+
+def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | None, line_id: str) -> bytes:
     """A success line. ``raw_body`` (the server's bytes for ``body``) is spliced in when compact."""
     spliced = _compact(raw_body) if raw_body is not None else None
-    body_bytes = spliced or json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    head = {"id": f"batch_req_{uuid.uuid4().hex}", "custom_id": custom_id}
     return b"".join(
         (
-            json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode()[:-1],
+            b'{"id":"',
+            line_id.encode(),
+            b'","custom_id":',
+            orjson.dumps(custom_id),
             b',"response":{"status_code":200,"request_id":',
-            json.dumps(request_id).encode(),
+            orjson.dumps(request_id),
             b',"body":',
-            body_bytes,
+            spliced or orjson.dumps(body),
             b'},"error":null}\n',
         )
     )
 
 
 def error_line(
-    custom_id: str, code: str, message: str, status_code: int | None = None, body: Any = None
+    custom_id: str, code: str, message: str, *, status_code: int | None, body: Any, line_id: str
 ) -> bytes:
     """A failure line: ``response`` holds the server's answer when there was one."""
     record = {
-        "id": f"batch_req_{uuid.uuid4().hex}",
+        "id": line_id,
         "custom_id": custom_id,
         "response": None if status_code is None else {"status_code": status_code, "body": body},
         "error": {"code": code, "message": message},
     }
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return orjson.dumps(record) + b"\n"
 
 
-def _usage(text: str) -> tuple[int, int]:
-    pos = text.rfind('"usage":')
-    if pos < 0:
-        return 0, 0
-    pos += 8
-    while pos < len(text) and text[pos] in " \t":
-        pos += 1
+def _parse(raw: bytes) -> tuple[str, int, int] | None:
+    """(custom_id, prompt tokens, completion tokens) of an output line; None if it is not one."""
     try:
-        usage, _ = _DECODER.raw_decode(text, pos)
-    except json.JSONDecodeError:
-        return 0, 0
-    if not isinstance(usage, dict):
-        return 0, 0
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-
-
-def _custom_id(text: str) -> str | None:
-    """The custom_id of an output line: a quick look at our own key order, else a full parse."""
-    pos = text.find('"custom_id":"', 0, 200)
-    if pos >= 0 and text.endswith("}"):
-        try:
-            return json.decoder.scanstring(text, pos + 13)[0]  # type: ignore[attr-defined]
-        except ValueError:
-            pass
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None
-    cid = record.get("custom_id") if isinstance(record, dict) else None
-    return cid if isinstance(cid, str) else None
+    if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
+        return None
+    body = (record.get("response") or {}).get("body")
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return record["custom_id"], 0, 0
+    return record["custom_id"], int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 def _cut_torn_tail(fd: int) -> int:
@@ -154,6 +148,7 @@ class OutputStore:
         self._err_fd = -1
         self._dirty = False
         self._last_sync = 0.0
+        self._line_ids = LineIds()
 
     def open(self) -> Resumed:
         """Lock the output, cut a torn last line, read the ids already done, start the errors file."""
@@ -185,9 +180,8 @@ class OutputStore:
         prompt = completion = lines = 0
         with open(self.output, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
-                text = raw.decode("utf-8", "replace").rstrip("\n")
-                cid = _custom_id(text)
-                if cid is None:
+                parsed = _parse(raw)
+                if parsed is None:
                     if fh.peek(1) == b"":  # the last line: written whole but garbage (e.g. power loss)
                         self._truncate_to(fh.tell() - len(raw))
                         cut += len(raw)
@@ -196,15 +190,15 @@ class OutputStore:
                         f"{self.output} line {number} is not an output record; the file is corrupt "
                         "(not a torn last line): move it away or repair it"
                     )
+                cid, p, c = parsed
                 done.add_digest(id_digest(cid))
-                p, c = _usage(text)
                 prompt += p
                 completion += c
                 lines += 1
-        repeated = done.repeated_digests()
-        if repeated:
-            raise StoreError(f"{self.output} holds {len(repeated)} custom_id(s) more than once")
-        return Resumed(done.freeze(), lines, prompt, completion, cut)
+        done.freeze()
+        if done.repeated:
+            raise StoreError(f"{self.output} holds {len(done.repeated)} custom_id(s) more than once")
+        return Resumed(done, lines, prompt, completion, cut)
 
     def _truncate_to(self, size: int) -> None:
         os.ftruncate(self._fd, size)
@@ -217,12 +211,21 @@ class OutputStore:
             n = os.write(fd, view)
             view = view[n:]
 
-    def write_result(self, line: bytes) -> None:
-        self._write(self._fd, line)
+    def add_result(self, custom_id: str, request_id: str, body: Any, raw_body: bytes | None = None) -> None:
+        """Append the success line of ``custom_id`` (``raw_body``: the server's bytes, kept if compact)."""
+        self._write(self._fd, result_line(custom_id, request_id, body, raw_body, self._line_ids()))
         self._after_write()
 
-    def write_error(self, line: bytes) -> None:
-        self._write(self._err_fd, line)
+    def add_error(
+        self, custom_id: str, code: str, message: str, status_code: int | None = None, body: Any = None
+    ) -> None:
+        """Append the failure line of ``custom_id`` to the errors file."""
+        self._write(
+            self._err_fd,
+            error_line(
+                custom_id, code, message, status_code=status_code, body=body, line_id=self._line_ids()
+            ),
+        )
         self._after_write()
 
     def _after_write(self) -> None:

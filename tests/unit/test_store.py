@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglfleet.ids import IdSet
-from sglfleet.store import OutputStore, StoreError, error_line, result_line
+from sglfleet.store import OutputStore, StoreError, result_line
 
 
 def _body(cid: str, tokens: int = 3) -> dict[str, object]:
@@ -24,7 +24,7 @@ def _fill(path: Path, ids: list[str]) -> None:
     store.open()
     for cid in ids:
         body = _body(cid)
-        store.write_result(result_line(cid, f"req-{cid}", body, json.dumps(body).encode()))
+        store.add_result(cid, f"req-{cid}", body, json.dumps(body).encode())
     store.close()
 
 
@@ -34,10 +34,11 @@ def test_lines_are_openai_batch_output(tmp_path: Path) -> None:
     pretty = json.dumps(_body("b"), indent=2).encode()  # not compact: re-serialised, still one line
     store = OutputStore(out)
     store.open()
-    store.write_result(result_line("b", "req-b", _body("b"), pretty))
+    store.add_result("b", "req-b", _body("b"), pretty)
     store.close()
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["custom_id"] for r in records] == ["a", "b"]
+    assert records[0]["id"] != records[1]["id"], "line ids are unique across runs"
     for r in records:
         assert r["id"].startswith("batch_req_") and r["error"] is None
         assert r["response"]["status_code"] == 200 and r["response"]["body"] == _body(r["custom_id"])
@@ -83,9 +84,8 @@ def test_corruption_in_the_middle_is_refused(tmp_path: Path) -> None:
     _fill(out, ["a"])
     with out.open("ab") as fh:
         fh.write(b"garbage\n")
-    _fill_more = result_line("c", "r", {"x": 1})
     with out.open("ab") as fh:
-        fh.write(_fill_more)
+        fh.write(result_line("c", "r", {"x": 1}, None, "batch_req_x"))
     with pytest.raises(StoreError, match="line 2 is not an output record"):
         OutputStore(out).open()
 
@@ -104,7 +104,7 @@ def test_errors_file_holds_only_the_latest_run(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     store = OutputStore(out)
     store.open()
-    store.write_error(error_line("x", "http_error", "HTTP 400: bad", 400, {"message": "bad"}))
+    store.add_error("x", "http_error", "HTTP 400: bad", 400, {"message": "bad"})
     store.close()
     record = json.loads(store.errors_path.read_text())
     assert record["custom_id"] == "x" and record["error"]["message"] == "HTTP 400: bad"
@@ -119,8 +119,8 @@ def test_idset_membership_and_repeats() -> None:
     ids = IdSet()
     for cid in ["a", "b", "c", "b"]:
         ids.add(cid)
-    assert len(ids.repeated_digests()) == 1
     ids.freeze()
+    assert len(ids.repeated) == 1
     assert "a" in ids and "b" in ids and "z" not in ids and len(ids) == 3
     other = IdSet()
     for cid in ["b", "z"]:
