@@ -157,16 +157,23 @@ def _conversation(obj: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
         raise InvalidLine("id must be a non-empty string or an integer")
     turns = obj["conversations"]
     _check_messages(turns, "conversations")
-    last_assistant = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
-    prompt = turns if last_assistant is None else turns[:last_assistant]
+    prompt = _prompt_turns(turns)
     if not prompt:
         raise InvalidLine("no turns before the assistant turn to regenerate it from")
     if prompt[-1]["role"] != "user":
         raise InvalidLine(
             f"the turn before the regenerated assistant turn is {prompt[-1]['role']!r}, not user"
         )
-    messages = [{"role": t["role"], "content": t["content"]} for t in prompt]
-    return str(cid), CHAT_URL, {"messages": messages}
+    return str(cid), CHAT_URL, {"messages": prompt}
+
+
+def _prompt_turns(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The turns the last assistant turn is regenerated from (all of them if there is none)."""
+    for i in range(len(turns) - 1, -1, -1):
+        if turns[i]["role"] == "assistant":
+            turns = turns[:i]
+            break
+    return [{"role": t["role"], "content": t["content"]} for t in turns]
 
 
 def parse_line(raw: bytes, fmt: InputFormat | None) -> tuple[InputFormat, str, str, dict[str, Any]]:
@@ -241,9 +248,14 @@ def iter_requests(
     for _, raw in _lines(Path(path)):
         if not raw.strip():
             continue
-        _, cid, url, body = parse_line(raw, fmt)
+        obj = orjson.loads(raw)  # validated by scan_input: no second check
+        cid = obj["custom_id"] if fmt is InputFormat.BATCH else str(obj["id"])
         if skip is not None and skip(cid):
             continue
+        if fmt is InputFormat.BATCH:
+            url, body = obj["url"], obj["body"]
+        else:
+            url, body = CHAT_URL, {"messages": _prompt_turns(obj["conversations"])}
         for key, value in defaults.items():
             body.setdefault(key, value)
         yield Request(cid, url, orjson.dumps(body))
