@@ -57,7 +57,7 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], timeout: 
 
 def test_kill_9_at_random_moments_then_resume_gives_exactly_one_result_per_id(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    ids = write_conversations(inp, 2500)
+    ids = write_conversations(inp, 4000)
     rng = random.Random(os.environ.get("SGLFLEET_TEST_SEED", "kill9"))
     kills = torn = 0
     with fleet({"standin_ttft": 0.01}, {"standin_ttft": 0.01}) as servers:
