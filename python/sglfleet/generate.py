@@ -93,13 +93,19 @@ def check_config(config: GenerateConfig) -> list[str]:
 class _Job:
     """The state of one run (one event loop)."""
 
-    def __init__(self, config: GenerateConfig, store: OutputStore, stats: Stats, reporter: Reporter) -> None:
+    def __init__(
+        self,
+        config: GenerateConfig,
+        store: OutputStore,
+        stats: Stats,
+        reporter: Reporter,
+        stop: asyncio.Event,
+    ) -> None:
         self.config = config
         self.store = store
         self.stats = stats
         self.reporter = reporter
-        self.stop = asyncio.Event()
-        self.interrupted = False
+        self.stop = stop
         self.fatal: str | None = None
         self.rng = random.Random()
         self.timeout = aiohttp.ClientTimeout(total=config.request_timeout)
@@ -254,6 +260,25 @@ class _ManifestWriter:
         return m
 
 
+class _Interrupt:
+    """SIGINT/SIGTERM: the first stops sending (in-flight requests get the grace period), the second
+    ends them at once."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.force = asyncio.Event()
+        self.signalled = False
+
+    def __call__(self) -> None:
+        if self.signalled:
+            self.force.set()
+        self.signalled = True
+        self.stop.set()
+
+
+INTERRUPTED_EARLY = "interrupted before anything was sent; rerun the same command"
+
+
 async def run_async(
     config: GenerateConfig, reporter: Reporter | None = None, handle_signals: bool = True
 ) -> Outcome:
@@ -261,7 +286,24 @@ async def run_async(
     problems = check_config(config)
     if problems:
         return Outcome(ExitCode.BAD_INPUT, "; ".join(problems))
+    interrupt = _Interrupt()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, interrupt)
+    try:
+        return await _prepare_and_run(config, reporter, interrupt)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def _prepare_and_run(
+    config: GenerateConfig, reporter: Reporter | None, interrupt: _Interrupt
+) -> Outcome:
     scan = await asyncio.to_thread(scan_input, Path(config.input))
+    if interrupt.signalled:
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
     if not scan.ok or scan.format is None:
         n = len(scan.errors)
         return Outcome(
@@ -294,6 +336,8 @@ async def run_async(
     except StoreError as exc:
         return Outcome(ExitCode.BAD_INPUT, str(exc))
     try:
+        if interrupt.signalled:
+            return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
         return await _run_open(
             config=config,
             scan=scan,
@@ -301,7 +345,7 @@ async def run_async(
             store=store,
             resumed=resumed,
             reporter=reporter,
-            handle_signals=handle_signals,
+            interrupt=interrupt,
         )
     finally:
         store.close()
@@ -322,7 +366,7 @@ async def _run_open(
     store: OutputStore,
     resumed: Resumed,
     reporter: Reporter | None,
-    handle_signals: bool,
+    interrupt: _Interrupt,
 ) -> Outcome:
     done = scan.ids.count_in(resumed.done)
     stats = Stats(total=scan.requests, done=done)
@@ -332,7 +376,7 @@ async def _run_open(
     )
     writer = _ManifestWriter(config, info, previous)
     reporter = reporter or LogReporter(sys.stdout)
-    job = _Job(config, store, stats, reporter)
+    job = _Job(config, store, stats, reporter, interrupt.stop)
     session = client.make_session(config.concurrency * len(config.endpoints), config.api_key)
     job.session = session
 
@@ -351,17 +395,7 @@ async def _run_open(
     writer.save(stats, "running", pool.endpoints)
 
     loop = asyncio.get_running_loop()
-    force = asyncio.Event()
-
-    def on_signal() -> None:
-        if job.stop.is_set():
-            force.set()
-        job.interrupted = True
-        job.stop.set()
-
-    if handle_signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
+    force = interrupt.force
 
     async def report() -> None:
         last_manifest = loop.time()
@@ -401,9 +435,6 @@ async def _run_open(
             reporter_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter_task
-            if handle_signals:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
             await job.cancel_all()
             await pool.aclose()
             await session.close()
@@ -412,7 +443,7 @@ async def _run_open(
 
     if job.fatal:
         code, status, msg = ExitCode.FATAL, "failed", f"stopped: {job.fatal}; rerun to resume"
-    elif job.interrupted:
+    elif interrupt.signalled:
         code, status, msg = (
             ExitCode.INTERRUPTED,
             "interrupted",
