@@ -247,3 +247,20 @@ def test_progress_live_bar_on_a_terminal_and_log_lines_off_it(tmp_path: Path, th
     assert run(config, LogReporter(log, interval=0.01), handle_signals=False).exit_code == ExitCode.OK
     last = log.getvalue().splitlines()[-1]
     assert last.startswith("generate: 50/50 (100.0%)") and "errors 0" in last and "in flight" in last
+
+
+def test_cli_endpoints_file_and_exit_0(
+    tmp_path: Path, three: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ids = write_conversations(inp, 30)
+    eps = tmp_path / "endpoints.txt"
+    eps.write_text(f"# the fleet\n{three[0]}\n\n{three[1]}  # gpu 1\n")
+    code = cli_main(
+        ["generate", "-i", str(inp), "-o", str(out), "--endpoints-file", str(eps), "-e", three[2]]
+    )
+    assert code == 0, capsys.readouterr()
+    assert "30/30 done, 0 failed" in capsys.readouterr().out
+    m = load(manifest_path(out))
+    assert m is not None and m.endpoints == [three[2], three[0], three[1]]  # --endpoint, then the file
+    assert_exactly_once(out, ids)
