@@ -264,3 +264,14 @@ def test_cli_endpoints_file_and_exit_0(
     m = load(manifest_path(out))
     assert m is not None and m.endpoints == [three[2], three[0], three[1]]  # --endpoint, then the file
     assert_exactly_once(out, ids)
+
+
+def test_a_slow_endpoint_gets_fewer_requests_not_an_equal_share(tmp_path: Path) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ids = write_batch(inp, 200)
+    with fleet({"standin_ttft": 0.2}, {"standin_ttft": 0.005}) as (slow, fast):
+        outcome = _run(inp, out, [slow.base_url, fast.base_url], concurrency=2)
+    assert outcome.exit_code == ExitCode.OK and outcome.manifest is not None
+    shares = {url: s["ok"] for url, s in outcome.manifest.endpoint_stats.items()}
+    assert shares[slow.base_url] < 0.2 * 200 < shares[fast.base_url], shares  # round robin: 100 each
+    assert_exactly_once(out, ids)
