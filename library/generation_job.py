@@ -1,0 +1,252 @@
+#!/usr/bin/python
+"""Ansible module generation_job: a thin adapter over sglfleet.generation_job."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: generation_job
+short_description: Run a resumable sglfleet generation job as a transient systemd unit, idempotent by name
+description:
+  - Runs C(sglfleet generate) on the target as the transient systemd unit C(sglfleet-gen-<name>).
+  - "Idempotent by I(name): a running job is left alone (C(changed=false), with its progress); a
+    complete job is left alone (with its summary); a failed, stopped or never-started job is started
+    (C(changed=true)) and resumes where it stopped: the output holds exactly one result per prompt
+    whatever happened before."
+  - A complete job whose input file changed since is started again (the engine then refuses it
+    unless I(force), naming what changed).
+  - With I(wait) the module polls until the job ends or I(wait_timeout) passes, and fails unless the
+    job ended complete (permanent failures are reported in C(counts.failed), not failed on).
+  - I(state=stopped) stops a running job gracefully (SIGTERM; in-flight requests get I(grace) seconds).
+  - The counts, tokens and throughput returned come from the job's C(OUT.manifest.json).
+  - Needs systemd and the C(sglfleet) Python package on the target.
+version_added: "0.1.0"
+author: sglfleet
+options:
+  name:
+    description: Job name; the unit is C(sglfleet-gen-<name>.service).
+    type: str
+    required: true
+  input:
+    description: Absolute path of the prompts on the target (OpenAI Batch JSONL or conversation JSONL).
+    type: path
+    required: true
+  output:
+    description: Absolute path of the output (OpenAI Batch output JSONL) on the target.
+    type: path
+    required: true
+  endpoints:
+    description: Base URLs of the SGLang instances, e.g. C(http://10.0.0.5:30000). Needed to start.
+    type: list
+    elements: str
+    default: []
+  state:
+    description: C(started) runs the job to completion (starting or resuming it); C(stopped) stops it.
+    type: str
+    choices: [started, stopped]
+    default: started
+  concurrency:
+    description: Requests in flight per endpoint.
+    type: int
+    default: 32
+  model:
+    description: Model name for request bodies without one.
+    type: str
+  max_tokens:
+    description: max_tokens for request bodies without one.
+    type: int
+  temperature:
+    description: temperature for request bodies without one.
+    type: float
+  top_p:
+    description: top_p for request bodies without one.
+    type: float
+  max_retries:
+    description: Retries of a request on connection errors, timeouts, 408, 429 and 5xx.
+    type: int
+    default: 5
+  request_timeout:
+    description: Seconds one attempt may take.
+    type: float
+    default: 600
+  grace:
+    description: Seconds in-flight requests get to finish when the job is stopped.
+    type: float
+    default: 30
+  force:
+    description: Continue an output whose manifest records another input or other parameters.
+    type: bool
+    default: false
+  retry_failures:
+    description: Start a job that completed with permanent failures again, to retry them.
+    type: bool
+    default: false
+  api_key:
+    description: SGLang API key; written to a mode 0600 environment file, never to the unit or the log.
+    type: str
+  wait:
+    description: Poll until the job is no longer running (or I(wait_timeout) passes).
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait with I(wait).
+    type: float
+    default: 86400
+  poll_interval:
+    description: Seconds between polls with I(wait).
+    type: float
+    default: 10
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether the job would be started or stopped, and does nothing.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Run the regeneration job on the whole fleet and wait for it
+  generation_job:
+    name: regen-2026-12
+    input: /var/lib/sglfleet/prompts.jsonl
+    output: /var/lib/sglfleet/regen.jsonl
+    endpoints: "{{ groups['fleet'] | map('extract', hostvars, 'sglfleet_endpoints') | flatten }}"
+    concurrency: 64
+    model: Qwen/Qwen3-32B
+    max_tokens: 2048
+    temperature: 0.7
+    api_key: "{{ sglang_api_key }}"
+    wait: true
+    wait_timeout: 86400
+  no_log: false
+
+- name: Stop it gracefully (a later run resumes)
+  generation_job:
+    name: regen-2026-12
+    input: /var/lib/sglfleet/prompts.jsonl
+    output: /var/lib/sglfleet/regen.jsonl
+    state: stopped
+"""
+
+RETURN = r"""
+unit:
+  description: The systemd unit of the job.
+  returned: always
+  type: str
+  sample: sglfleet-gen-regen-2026-12.service
+status:
+  description: "The job: running, complete, complete_with_failures, interrupted, failed or absent."
+  returned: always
+  type: str
+action:
+  description: "What the module did (or would do in check mode): none, start or stop."
+  returned: always
+  type: str
+reason:
+  description: Why.
+  returned: always
+  type: str
+counts:
+  description: From the manifest.
+  returned: when the job has a manifest
+  type: dict
+  sample: {"total": 193000, "done": 192990, "failed": 10, "remaining": 0, "sent_this_run": 1200,
+           "retries_this_run": 4}
+tokens:
+  description: Prompt and completion tokens over all runs.
+  returned: when the job has a manifest
+  type: dict
+throughput:
+  description: Requests/s and output tokens/s of the latest run.
+  returned: when the job has a manifest
+  type: dict
+message:
+  description: "The engine's last word, e.g. where the failures are listed."
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "input": {"type": "path", "required": True},
+            "output": {"type": "path", "required": True},
+            "endpoints": {"type": "list", "elements": "str", "default": []},
+            "state": {"type": "str", "choices": ["started", "stopped"], "default": "started"},
+            "concurrency": {"type": "int", "default": 32},
+            "model": {"type": "str"},
+            "max_tokens": {"type": "int"},
+            "temperature": {"type": "float"},
+            "top_p": {"type": "float"},
+            "max_retries": {"type": "int", "default": 5},
+            "request_timeout": {"type": "float", "default": 600},
+            "grace": {"type": "float", "default": 30},
+            "force": {"type": "bool", "default": False},
+            "retry_failures": {"type": "bool", "default": False},
+            "api_key": {"type": "str", "no_log": True},
+            "wait": {"type": "bool", "default": False},
+            "wait_timeout": {"type": "float", "default": 86400},
+            "poll_interval": {"type": "float", "default": 10},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        from pathlib import Path
+
+        from sglfleet import generation_job as job
+    except ImportError as exc:
+        module.fail_json(msg=f"the sglfleet package is not importable on the target: {exc}")
+    p = module.params
+    spec = job.JobSpec(
+        name=p["name"],
+        input=Path(p["input"]),
+        output=Path(p["output"]),
+        endpoints=p["endpoints"],
+        concurrency=p["concurrency"],
+        model=p["model"],
+        max_tokens=p["max_tokens"],
+        temperature=p["temperature"],
+        top_p=p["top_p"],
+        max_retries=p["max_retries"],
+        request_timeout=p["request_timeout"],
+        grace=p["grace"],
+        force=p["force"],
+        api_key=p["api_key"],
+    )
+    problems = spec.problems()
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    try:
+        obs = job.observe(spec)
+        decision = job.decide(obs, p["state"], p["retry_failures"])
+        if decision.action == "start" and not spec.endpoints:
+            module.fail_json(msg=f"{decision.reason}, but no endpoints were given")
+        if decision.action == "start" and not spec.input.is_file():
+            module.fail_json(msg=f"input {spec.input} is not a file on the target")
+        changed = decision.action != "none"
+        if changed and not module.check_mode:
+            (job.start if decision.action == "start" else job.stop)(spec)
+            obs = job.observe(spec)
+        if p["wait"] and p["state"] == "started" and not module.check_mode:
+            obs = job.wait(spec, p["wait_timeout"], p["poll_interval"])
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc))
+    result = {"changed": changed, "unit": spec.unit, "action": decision.action, "reason": decision.reason}
+    result.update(job.summary(obs))
+    if p["wait"] and p["state"] == "started" and not module.check_mode:
+        if obs.running:
+            module.fail_json(msg=f"the job is still running after {p['wait_timeout']} s", **result)
+        if result["status"] not in job.COMPLETE:
+            tail = job.journal_tail(spec)
+            module.fail_json(
+                msg=f"the job ended {result['status']}: {result.get('message') or tail}", **result
+            )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

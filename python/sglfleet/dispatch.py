@@ -1,0 +1,182 @@
+"""Which endpoint gets the next request: the healthy one with the fewest requests in flight.
+
+Each endpoint takes at most ``concurrency`` requests at a time. A request waits for a free slot
+and then goes to the endpoint with the fewest in flight (ties go to the one that finished most
+recently, then the first listed), so a slow server simply holds on to its slots longer and gets
+fewer requests: no round robin, no slow instance stalling the rest.
+
+An endpoint that stops answering (``down_after`` connection errors, timeouts or 502/503/504 in a
+row) is taken out; a prober asks its ``/health`` until it answers 200 and puts it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Endpoint:
+    url: str
+    index: int
+    in_flight: int = 0
+    up: bool = True
+    failures_in_row: int = 0
+    sent: int = 0
+    ok: int = 0
+    errors: int = 0
+    last_release: float = 0.0
+    probes: int = 0
+    _prober: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.url.removeprefix("http://").removeprefix("https://").rstrip("/")
+
+
+Probe = Callable[[Endpoint], Awaitable[bool]]
+
+
+class NoEndpoint(RuntimeError):
+    """No endpoint answered for longer than the pool's ``down_timeout``."""
+
+
+class EndpointPool:
+    def __init__(
+        self,
+        urls: list[str],
+        concurrency: int,
+        probe: Probe,
+        *,
+        down_after: int = 3,
+        probe_interval: float = 1.0,
+        probe_interval_max: float = 10.0,
+        down_timeout: float = 600.0,
+    ) -> None:
+        if not urls:
+            raise ValueError("at least one endpoint is needed")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.endpoints = [Endpoint(u.rstrip("/"), i) for i, u in enumerate(urls)]
+        self.concurrency = concurrency
+        self.down_after = down_after
+        self.probe_interval = probe_interval
+        self.probe_interval_max = probe_interval_max
+        self.down_timeout = down_timeout
+        self._probe = probe
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
+        self._closed = False
+
+    @property
+    def capacity(self) -> int:
+        return self.concurrency * len(self.endpoints)
+
+    def in_flight(self) -> int:
+        return sum(e.in_flight for e in self.endpoints)
+
+    def _pick(self, avoid: Endpoint | None) -> Endpoint | None:
+        best: Endpoint | None = None
+        for ep in self.endpoints:
+            if not ep.up or ep.in_flight >= self.concurrency:
+                continue
+            if best is None or (ep.in_flight, -ep.last_release) < (best.in_flight, -best.last_release):
+                best = ep
+        if best is avoid and avoid is not None:
+            # a retry prefers another endpoint when one has a free slot
+            others = [e for e in self.endpoints if e is not avoid and e.up and e.in_flight < self.concurrency]
+            if others:
+                best = min(others, key=lambda e: (e.in_flight, -e.last_release))
+        return best
+
+    async def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
+        """Wait for a free slot on a healthy endpoint and take it."""
+        loop = asyncio.get_running_loop()
+        all_down_since: float | None = None
+        while True:
+            ep = self._pick(avoid)
+            if ep is not None:
+                ep.in_flight += 1
+                ep.sent += 1
+                return ep
+            timeout = None
+            if not any(e.up for e in self.endpoints):
+                all_down_since = all_down_since or loop.time()
+                timeout = self.down_timeout - (loop.time() - all_down_since)
+                if timeout <= 0:
+                    raise NoEndpoint(f"no endpoint has answered for {self.down_timeout:.0f} s")
+            else:
+                all_down_since = None
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, timeout)
+            except TimeoutError:
+                continue
+            finally:
+                if not fut.done():
+                    fut.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+
+    def _wake(self, n: int = 1) -> None:
+        while n and self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                n -= 1
+
+    def release(self, ep: Endpoint, outcome: str) -> None:
+        """Give a slot back. ``outcome``: "ok", "error" (answered, but a failure that says nothing
+        about the endpoint's health) or "down" (no answer, timeout, 502/503/504)."""
+        ep.in_flight -= 1
+        self._clock += 1
+        ep.last_release = self._clock
+        if outcome == "down":
+            ep.errors += 1
+            ep.failures_in_row += 1
+            if ep.up and ep.failures_in_row >= self.down_after:
+                self._take_out(ep)
+        else:
+            ep.failures_in_row = 0
+            if outcome == "ok":
+                ep.ok += 1
+            else:
+                ep.errors += 1
+        if ep.up:
+            self._wake()
+
+    def _take_out(self, ep: Endpoint) -> None:
+        ep.up = False
+        if not self._closed:
+            ep._prober = asyncio.get_running_loop().create_task(self._probe_until_up(ep))
+        # waiters blocked on "all endpoints down" must re-check their deadline
+        self._wake(len(self._waiters))
+
+    async def _probe_until_up(self, ep: Endpoint) -> None:
+        delay = self.probe_interval
+        while not self._closed:
+            await asyncio.sleep(delay)
+            ep.probes += 1
+            try:
+                healthy = await self._probe(ep)
+            except Exception:
+                healthy = False
+            if healthy:
+                ep.up = True
+                ep.failures_in_row = 0
+                self._wake(self.concurrency)
+                return
+            delay = min(delay * 2, self.probe_interval_max)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        probers = [e._prober for e in self.endpoints if e._prober and not e._prober.done()]
+        for task in probers:
+            task.cancel()
+        for task in probers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,101 @@
+"""generation_job: the unit's command line runs a real job; the decisions over real manifests."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from generate_support import assert_exactly_once, fleet, write_conversations
+
+from sglfleet import generation_job as job
+from sglfleet.manifest import load, manifest_path
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _spec(tmp_path: Path, urls: list[str], **kw: object) -> job.JobSpec:
+    return job.JobSpec(
+        name="t1",
+        input=tmp_path / "in.jsonl",
+        output=tmp_path / "out.jsonl",
+        endpoints=urls,
+        concurrency=4,
+        max_tokens=16,
+        env_dir=tmp_path / "run",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _observe(spec: job.JobSpec, unit_state: str = "inactive") -> job.Observed:
+    m = load(manifest_path(spec.output))
+    return job.Observed(unit_state, "", None, m, job.file_sha256(spec.input) if m else None)
+
+
+def test_the_units_command_runs_the_job_and_decisions_follow_its_manifest(tmp_path: Path) -> None:
+    with fleet({}) as servers:
+        spec = _spec(tmp_path, [servers[0].base_url], api_key="k3y")
+        ids = write_conversations(spec.input, 40)
+        assert job.decide(_observe(spec), "started") == job.Decision("start", "absent", "the job has not run")
+        proc = subprocess.run(spec.command(), capture_output=True, text=True, timeout=30, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_exactly_once(spec.output, ids)
+    assert "--max-tokens" in spec.command() and "k3y" not in " ".join(spec.command())
+
+    obs = _observe(spec)
+    assert job.decide(obs, "started").action == "none"
+    assert job.decide(obs, "started").state == "complete"
+    assert job.summary(obs)["counts"]["done"] == 40
+    assert job.decide(_observe(spec, "active"), "started") == job.Decision(
+        "none", "running", "the job is running"
+    )
+    assert job.decide(_observe(spec, "active"), "stopped").action == "stop"
+    assert job.decide(obs, "stopped").action == "none"
+
+    write_conversations(spec.input, 41)  # the input changed after completion
+    assert job.decide(_observe(spec), "started").reason == "the input changed since the job completed"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> job.JobSpec:
+    tmp = tmp_path_factory.mktemp("finished")
+    with fleet({}) as servers:
+        spec = _spec(tmp, [servers[0].base_url])
+        write_conversations(spec.input, 3)
+        subprocess.run(spec.command(), capture_output=True, timeout=30, check=True)
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("status", "retry", "action"),
+    [
+        ("interrupted", False, "start"),
+        ("failed", False, "start"),
+        ("running", False, "start"),  # the manifest says running but no unit is: it crashed
+        ("complete_with_failures", False, "none"),
+        ("complete_with_failures", True, "start"),
+    ],
+)
+def test_stopped_failed_or_crashed_jobs_are_started_again(
+    finished: job.JobSpec, status: str, retry: bool, action: str
+) -> None:
+    m = load(manifest_path(finished.output))
+    assert m is not None
+    obs = job.Observed(
+        "failed", "exit-code", 1, m.model_copy(update={"status": status}), job.file_sha256(finished.input)
+    )
+    assert job.decide(obs, "started", retry_failures=retry).action == action
+
+
+def test_env_file_holds_the_key_with_mode_0600(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ["http://127.0.0.1:1"], api_key="s3cret value")
+    job.write_env(spec)
+    assert spec.env_file.read_text() == "SGLANG_API_KEY='s3cret value'\n"
+    assert stat.S_IMODE(spec.env_file.stat().st_mode) == 0o600
+
+
+def test_spec_problems() -> None:
+    bad = job.JobSpec(name="../x", input=Path("rel.jsonl"), output=Path("/o"), endpoints=[])
+    problems = bad.problems()
+    assert any("name '../x'" in p for p in problems) and any("absolute" in p for p in problems)
