@@ -10,6 +10,7 @@ nvidia-smi, adds each instance's GPU memory (`sglfleet.gpus`).  The result is a 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -85,10 +86,68 @@ def join_gpu_memory(
     return tuple(out)
 
 
-def count_instance_env_files(env_dir: str | Path) -> int:
-    """How many `instance-<i>.env` files the sglang_fleet role left in `env_dir` (0 when none)."""
+class FleetLayout(BaseModel):
+    """The instances the sglang_fleet role configured, read back from its environment files."""
+
+    model_config = ConfigDict(frozen=True)
+
+    endpoints: tuple[health_mod.Endpoint, ...]
+    api_key: str | None = None
+
+
+def _env_file_values(path: Path) -> dict[str, str]:
+    values = {}
+    for line_no, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}:{line_no}: not KEY=VALUE: {raw!r}")
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{line_no}: {key}: {exc}") from None
+        values[key.strip()] = " ".join(words)
+    return values
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args[:-1] else None
+
+
+def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
+    """Read `instance-<i>.env` files (as the sglang_fleet role writes them): port, GPU, host, API key.
+
+    The port comes from SGLANG_FLEET_PORT or `--port` in SGLANG_ARGS, the GPU from
+    CUDA_VISIBLE_DEVICES, the host from `--host` (a wildcard address reads as 127.0.0.1), the API key
+    from `--api-key`.  No directory or no files: no instances.
+    """
     path = Path(env_dir)
-    return len(list(path.glob("instance-*.env"))) if path.is_dir() else 0
+    files = sorted(path.glob("instance-*.env"), key=lambda f: (len(f.name), f.name)) if path.is_dir() else []
+    endpoints, keys = [], set()
+    for env_file in files:
+        try:
+            values = _env_file_values(env_file)
+        except PermissionError:
+            raise ValueError(
+                f"{env_file}: cannot read it (mode 0600: run as root, or give --count/--url)"
+            ) from None
+        args = shlex.split(values.get("SGLANG_ARGS", ""))
+        port_text = values.get("SGLANG_FLEET_PORT") or _flag(args, "--port")
+        if not port_text or not port_text.isdigit():
+            raise ValueError(f"{env_file}: no port (SGLANG_FLEET_PORT or --port in SGLANG_ARGS)")
+        host = _flag(args, "--host") or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        gpu_text = values.get("CUDA_VISIBLE_DEVICES", "")
+        gpu = int(gpu_text) if gpu_text.isdigit() else None
+        netloc = f"[{host}]" if ":" in host else host
+        endpoints.append(
+            health_mod.Endpoint(url=f"http://{netloc}:{port_text}", port=int(port_text), gpu=gpu)
+        )
+        if key := _flag(args, "--api-key"):
+            keys.add(key)
+    return FleetLayout(endpoints=tuple(endpoints), api_key=keys.pop() if len(keys) == 1 else None)
 
 
 def gather_status(

@@ -132,26 +132,69 @@ def test_status_table_for_humans(fleet: int, ledger_file: Path) -> None:
     assert out.rstrip().endswith("1/8 phases done, failed: training_stop; all 3 instances healthy")
 
 
-def test_status_without_nvidia_smi_counts_env_files_and_shows_dashes(
+def write_env_files(env_dir: Path, base: int, count: int, gpus: list[int], api_key: str = "") -> None:
+    """Environment files as the sglang_fleet role writes them (instance-<i>.env)."""
+    env_dir.mkdir(exist_ok=True)
+    for i in range(count):
+        args = f"--model-path /srv/models/standin-7b --host 0.0.0.0 --port {base + i}"
+        args += f" --served-model-name {SERVED}"
+        if api_key:
+            args += f" --api-key {api_key}"
+        (env_dir / f"instance-{i}.env").write_text(
+            f"# Managed by Ansible (role sglang_fleet): SGLang instance {i} (unit sglang@{i}.service).\n"
+            f"CUDA_VISIBLE_DEVICES={gpus[i]}\nPROMETHEUS_MULTIPROC_DIR=/run/sglang/instance-{i}\n"
+            f"SGLANG_FLEET_INSTANCE={i}\nSGLANG_FLEET_PORT={base + i}\n"
+            f'SGLANG_ARGS="{args} --standin-warmup-seconds 1"\nSGLANG_FLEET_DIGEST=0123abcd\n'
+        )
+
+
+def test_layout_from_env_files(tmp_path: Path) -> None:
+    write_env_files(tmp_path, 30000, 12, list(range(12)), api_key="k-1")
+    layout = status.layout_from_env_dir(tmp_path)
+    assert [e.port for e in layout.endpoints] == list(range(30000, 30012))  # instance-10 after instance-9
+    assert layout.endpoints[11].url == "http://127.0.0.1:30011" and layout.endpoints[11].gpu == 11
+    assert layout.api_key == "k-1"
+    assert status.layout_from_env_dir(tmp_path / "none").endpoints == ()
+    (tmp_path / "instance-12.env").write_text('CUDA_VISIBLE_DEVICES=0\nSGLANG_ARGS="--model-path m"\n')
+    with pytest.raises(ValueError, match=r"instance-12.env: no port"):
+        status.layout_from_env_dir(tmp_path)
+    (tmp_path / "instance-12.env").write_text("CUDA_VISIBLE_DEVICES\n")
+    with pytest.raises(ValueError, match=r"instance-12.env:1: not KEY=VALUE"):
+        status.layout_from_env_dir(tmp_path)
+
+
+def test_status_without_nvidia_smi_reads_the_env_files_and_shows_dashes(
     fleet: int, ledger_file: Path, tmp_path: Path
 ) -> None:
     env_dir = tmp_path / "sglang"
-    env_dir.mkdir()
-    for i in range(3):
-        (env_dir / f"instance-{i}.env").write_text(f"CUDA_VISIBLE_DEVICES={i}\n")
+    write_env_files(env_dir, fleet, 3, [5, 6, 7])
     proc = sglfleet(
-        "status", "--json", "--ledger", str(ledger_file), "--port-base", str(fleet),
-        "--env-dir", str(env_dir), "--nvidia-smi", str(tmp_path / "no-nvidia-smi"),
+        "status", "--json", "--ledger", str(ledger_file), "--env-dir", str(env_dir),
+        "--nvidia-smi", str(tmp_path / "no-nvidia-smi"),
     )  # fmt: skip
     data = json.loads(proc.stdout)
-    assert len(data["instances"]) == 3 and data["nvidia_smi_found"] is False
+    assert data["nvidia_smi_found"] is False
+    assert [(r["health"]["port"], r["health"]["gpu"], r["health"]["healthy"]) for r in data["instances"]] == [
+        (fleet, 5, True), (fleet + 1, 6, True), (fleet + 2, 7, True),
+    ]  # fmt: skip
     assert {r["gpu_memory_used_mib"] for r in data["instances"]} == {None}
     table = sglfleet(
-        "status", "--ledger", str(ledger_file), "--port-base", str(fleet), "--width", "160",
-        "--env-dir", str(env_dir), "--nvidia-smi", "",
+        "status", "--ledger", str(ledger_file), "--width", "160", "--env-dir", str(env_dir),
+        "--nvidia-smi", "",
     ).stdout  # fmt: skip
     row = next(line for line in table.splitlines() if str(fleet) in line)
     assert row.rstrip().rstrip("│").rstrip().endswith("-")
+
+
+def test_status_defaults_to_one_instance_per_gpu(fleet: int, ledger_file: Path, tmp_path: Path) -> None:
+    proc = sglfleet(
+        "status", "--json", "--ledger", str(ledger_file), "--env-dir", str(tmp_path / "none"),
+        "--port-base", str(fleet), "--nvidia-smi", str(DATA / "fake-nvidia-smi"),
+        env=fake_smi_env("rtxpro6000_ws_idle"),
+    )  # fmt: skip
+    rows = json.loads(proc.stdout)["instances"]
+    assert len(rows) == 8 and sum(r["health"]["healthy"] for r in rows) == 3
+    assert rows[7]["health"]["reason"] == "refused" and rows[7]["gpu_memory_used_mib"] == 2
 
 
 def test_status_bad_ledger_names_the_file(tmp_path: Path) -> None:

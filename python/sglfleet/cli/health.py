@@ -28,7 +28,10 @@ def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) 
     )
     count_help = "number of instances; instance i listens on PORT_BASE+i and uses GPU i"
     if not count_required:
-        count_help += " (default: the GPUs nvidia-smi lists, else the instance-*.env files in --env-dir)"
+        count_help += (
+            " (default: the instances the instance-*.env files in --env-dir describe, else one per GPU "
+            "nvidia-smi lists)"
+        )
     group.add_argument("--count", type=int, default=None, help=count_help)
     auth = parser.add_argument_group("authentication")
     auth.add_argument("--api-key-file", type=Path, help="file holding the SGLang API key")

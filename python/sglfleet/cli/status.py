@@ -11,7 +11,7 @@ from rich.console import Console
 
 from sglfleet import gpus, ledger
 from sglfleet.cli.health import add_endpoint_args, api_key_from_args, endpoints_from_args
-from sglfleet.status import count_instance_env_files, gather_status, parse_status_json, render
+from sglfleet.status import gather_status, layout_from_env_dir, parse_status_json, render
 
 DEFAULT_ENV_DIR = Path("/etc/sglang")
 
@@ -54,11 +54,18 @@ def run(args: argparse.Namespace) -> int:
             status = parse_status_json(text, source)
         else:
             facts = _gpu_facts(args.nvidia_smi)
-            default_count = (facts.gpu_count if facts else 0) or count_instance_env_files(args.env_dir)
+            endpoints = endpoints_from_args(args)
+            api_key = api_key_from_args(args)
+            if not endpoints:
+                layout = layout_from_env_dir(args.env_dir)
+                endpoints = list(layout.endpoints)
+                api_key = api_key or layout.api_key
+            if not endpoints and facts and facts.gpu_count:
+                endpoints = endpoints_from_args(args, facts.gpu_count)
             status = gather_status(
                 ledger_path=args.ledger,
-                endpoints=endpoints_from_args(args, default_count),
-                api_key=api_key_from_args(args),
+                endpoints=endpoints,
+                api_key=api_key,
                 expected_model=args.expected_model,
                 timeout=args.timeout,
                 gpu_facts=facts,
