@@ -14,9 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
+from ansible_lab import CT_HOST, LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
+from proxmoxer import ProxmoxAPI
+
+from sglfleet.testing.lab.service import up
+from sglfleet.testing.lab.settings import LabSettings
 
 LOCK_WAIT_S = 1800
+CT_VMID = 200
+# Eight stand-in servers and pip need more than PVE's default 512 MiB.
+CT_MEMORY_MIB = 4096
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,19 +53,49 @@ def ansible() -> Ansible:
     return Ansible()
 
 
+def _wait_task(pve: ProxmoxAPI, node: str, upid: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while (status := pve.nodes(node).tasks(upid).status.get())["status"] != "stopped":
+        assert time.monotonic() < deadline, f"PVE task {upid} still running after {timeout} s"
+        time.sleep(0.2)
+    assert status.get("exitstatus") == "OK", f"PVE task {upid} failed: {status}"
+
+
 @pytest.fixture(scope="session")
-def ct(ansible: Ansible) -> Container:
-    """CT 200, up and answering SSH; playbooks/provision.yml brings it there when it is not."""
+def ct() -> Container:
+    """CT 200 running and answering SSH: the lab brought up, the CT created and started through the
+    lab's PVE API when it is not there (as playbooks/provision.yml would), with room for a fleet."""
+    settings = LabSettings()
+    up(settings, say=lambda line: print(f"lab: {line}"))
+    pve = ProxmoxAPI(
+        settings.host,
+        port=settings.port,
+        user=settings.user,
+        token_name=settings.token_name,
+        token_value=settings.token_secret,
+        verify_ssl=str(settings.ca_cert),
+    )
+    lxc = pve.nodes(settings.node).lxc
+    if CT_VMID not in [int(c["vmid"]) for c in lxc.get()]:
+        upid = lxc.post(
+            vmid=CT_VMID,
+            ostemplate=settings.ostemplate,
+            storage=settings.rootfs_storage,
+            hostname=CT_HOST,
+            cores=2,
+            memory=CT_MEMORY_MIB,
+            **{"ssh-public-keys": settings.ssh_key.with_suffix(".pub").read_text()},
+        )
+        _wait_task(pve, settings.node, upid)
+    elif int(lxc(CT_VMID).config.get().get("memory", 512)) < CT_MEMORY_MIB:
+        lxc(CT_VMID).config.put(memory=CT_MEMORY_MIB)
+    if lxc(CT_VMID).status.current.get()["status"] != "running":
+        _wait_task(pve, settings.node, lxc(CT_VMID).status.start.post())
     container = Container()
-    if not container.reachable():
-        provision = REPO / "playbooks/provision.yml"
-        if not provision.exists():
-            pytest.fail(
-                "CT 200 does not answer SSH on 127.0.0.1:2222 and there is no playbooks/provision.yml"
-            )
-        run = ansible.playbook("playbooks/provision.yml")
-        assert run.rc == 0, run.explain()
-        assert container.reachable(), "CT 200 still does not answer SSH after playbooks/provision.yml"
+    deadline = time.monotonic() + 60
+    while not container.reachable():
+        assert time.monotonic() < deadline, "CT 200 does not answer SSH on 127.0.0.1:2222"
+        time.sleep(0.5)
     return container
 
 

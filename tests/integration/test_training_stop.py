@@ -36,7 +36,7 @@ class Jobs:
     def start_process(self, name: str, *args: str) -> int:
         ckpt = f"{WORK}/{name}.ckpt"
         cmd = " ".join(["/usr/bin/python3", "-u", SCRIPT, "--checkpoint", ckpt, *args])
-        pid = int(self.ct.out(f"cd / && setsid nohup {cmd} > {WORK}/{name}.log 2>&1 < /dev/null & echo $!"))
+        pid = int(self.ct.out(f"cd /; setsid nohup {cmd} > {WORK}/{name}.log 2>&1 < /dev/null & echo $!"))
         self.pids.append(pid)
         self._wait_for(f"grep -q training {WORK}/{name}.log")
         return pid
