@@ -248,7 +248,7 @@ def _health_cell(row: health_mod.InstanceHealth) -> Text:
 
 
 def checklist_table(status: FleetStatus) -> Table:
-    table = Table(title=f"Phases ({status.ledger_path})", title_justify="left", expand=False)
+    table = Table(expand=False)
     for column in ("phase", "status", "when", "evidence"):
         table.add_column(column, no_wrap=column != "evidence")
     for row in status.checklist:
@@ -262,9 +262,7 @@ def checklist_table(status: FleetStatus) -> Table:
 
 
 def instance_table(status: FleetStatus) -> Table:
-    n = len(status.instances)
-    title = f"Instances ({status.healthy_count}/{n} healthy)" if n else "Instances (none given)"
-    table = Table(title=title, title_justify="left", expand=False)
+    table = Table(expand=False)
     for column in ("GPU", "port", "health", "model", "running", "waiting", "tokens/s", "GPU memory"):
         justify = "right" if column in ("GPU", "port", "running", "waiting", "tokens/s") else "left"
         table.add_column(column, justify=justify, no_wrap=True)
@@ -285,7 +283,21 @@ def instance_table(status: FleetStatus) -> Table:
 
 def render(status: FleetStatus, console: Console) -> None:
     """Print the checklist, the instance table, and the one-line summary."""
-    console.print(Group(checklist_table(status), Text(""), instance_table(status)))
+    n = len(status.instances)
+    console.print(
+        Group(
+            Text(f"Phases ({status.ledger_path})", style="bold"),
+            checklist_table(status),
+            Text(""),
+            Text(
+                f"Instances ({status.healthy_count}/{n} healthy)" if n else "Instances (none given)",
+                style="bold",
+            ),
+            instance_table(status),
+        ),
+        overflow="ignore",
+        crop=False,
+    )
     unhealthy = [i.health for i in status.instances if not i.health.healthy and i.health.detail]
     for h in unhealthy:
         console.print(f"  {h.url}: {h.detail}", style="red")

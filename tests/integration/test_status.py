@@ -87,6 +87,10 @@ def lab(prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempP
             mode="0600",
         )
     lab = Lab(ct, ansible, tmp_path_factory.mktemp("status"))
+    rc, out = lab.module(
+        "fleet_ledger", {"path": LEDGER, "phase": "fleet", "evidence": {"instances": INSTANCES}}
+    )
+    assert rc == 0, out
     up = ct.run(
         f"{MODULE_PYTHON} -m sglfleet health --count 8 --port-base {PORT_BASE} --wait 60 --interval 0.5"
     )
@@ -106,16 +110,20 @@ def instance_rows(output: str) -> dict[int, list[str]]:
 
 
 def test_fleet_ledger_module_on_the_target(lab: Lab) -> None:
-    args = {"path": LEDGER, "phase": "fleet", "status": "done", "evidence": {"instances": INSTANCES}}
+    path = f"{WORK}/module-test/ledger.json"
+    args = {"path": path, "phase": "sglang", "status": "done", "evidence": {"version": "0.5.12"}}
+    rc, out = lab.module("fleet_ledger", args, "--check")
+    assert rc == 0 and "CHANGED" in out, out
+    assert lab.ct.run(f"test -e {path}", check=False).returncode == 1  # check mode wrote nothing
     rc, out = lab.module("fleet_ledger", args)
     assert rc == 0 and "CHANGED" in out, out
     rc, out = lab.module("fleet_ledger", args)
     assert rc == 0 and "SUCCESS" in out and "changed: false" in out, out
-    before = lab.ct.out(f"cat {LEDGER}")
+    before = lab.ct.out(f"cat {path}")
     rc, out = lab.module("fleet_ledger", {**args, "status": "failed"}, "--check", "--diff")
     assert rc == 0 and "CHANGED" in out and "-    status: done" in out.replace('"', ""), out
-    assert lab.ct.out(f"cat {LEDGER}") == before
-    assert json.loads(before)["phases"]["fleet"]["evidence"] == {"instances": INSTANCES}
+    assert lab.ct.out(f"cat {path}") == before
+    assert json.loads(before)["phases"]["sglang"]["evidence"] == {"version": "0.5.12"}
 
 
 def test_status_playbook_prints_checklist_and_eight_rows(lab: Lab) -> None:

@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         console = Console()
         status = FleetStatus(ledger_path="", checklist=(), instances=join_gpu_memory(fleet.instances, None))
+        console.print(f"Instances ({fleet.healthy_count}/{len(fleet.instances)} healthy)", style="bold")
         console.print(instance_table(status))
         for row in fleet.unhealthy:
             if row.detail:
