@@ -290,7 +290,7 @@ def render(status: FleetStatus, console: Console) -> None:
             checklist_table(status),
             Text(""),
             Text(
-                f"Instances ({status.healthy_count}/{n} healthy)" if n else "Instances (none given)",
+                f"Instances ({status.healthy_count}/{n} healthy)" if n else "Instances (none configured)",
                 style="bold",
             ),
             instance_table(status),
