@@ -20,7 +20,7 @@ help: ## list the targets
 $(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt -e python
+	$(BIN)/pip install --quiet -r requirements-dev.txt -e "python[mix,hf,pve]"
 	touch $@
 
 venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfleet (editable)

@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 
 from sglfleet.dataerrors import DataError
-from sglfleet.mix import build_mix
-from sglfleet.mixconfig import load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +26,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the mix extra (numpy, datasketch, pyarrow) is not on the fleet hosts, and every
+    # other subcommand must start without it.
+    try:
+        from sglfleet.mix import build_mix
+        from sglfleet.mixconfig import load_config
+    except ImportError as exc:
+        print(
+            f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",
+            file=sys.stderr,
+        )
+        return 2
     try:
         config = load_config(args.config)
         if args.seed is not None:
