@@ -33,10 +33,12 @@ def lab_lock() -> Iterator[None]:
         yield
         return
     with LAB_LOCK.open("a") as handle:
-        deadline = time.monotonic() + LOCK_WAIT_S
+        start = time.monotonic()
+        deadline = start + LOCK_WAIT_S
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                print(f"lab lock taken after {time.monotonic() - start:.1f} s")
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
@@ -67,6 +69,7 @@ def ct() -> Container:
     lab's PVE API when it is not there (as playbooks/provision.yml would), with room for a fleet."""
     settings = LabSettings()
     up(settings, say=lambda line: print(f"lab: {line}"))
+    start = time.monotonic()
     pve = ProxmoxAPI(
         settings.host,
         port=settings.port,
@@ -92,6 +95,7 @@ def ct() -> Container:
     if lxc(CT_VMID).status.current.get()["status"] != "running":
         _wait_task(pve, settings.node, lxc(CT_VMID).status.start.post())
     container = Container()
+    print(f"CT 200 running {time.monotonic() - start:.1f} s after the lab was up")
     deadline = time.monotonic() + 60
     while not container.reachable():
         assert time.monotonic() < deadline, "CT 200 does not answer SSH on 127.0.0.1:2222"
@@ -118,4 +122,5 @@ def prepared_ct(ct: Container, ansible: Ansible, sglfleet_wheel: Path) -> Contai
     """CT 200 with /opt/sglang/venv holding this checkout's sglfleet, and the lab's model directory."""
     run = ansible.playbook("tests/integration/prepare_sglfleet.yml", "-e", f"sglfleet_wheel={sglfleet_wheel}")
     assert run.rc == 0, run.explain()
+    print(f"CT 200 prepared in {run.seconds:.1f} s")
     return ct

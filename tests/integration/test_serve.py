@@ -41,10 +41,10 @@ class Fleet:
     vars: dict = field(default_factory=dict)
     first: PlaybookRun | None = None
 
-    def serve(self, **overrides: object) -> PlaybookRun:
+    def serve(self, *args: str, **overrides: object) -> PlaybookRun:
         extra = self.tmp / f"vars-{time.monotonic_ns()}.json"
         extra.write_text(json.dumps({**self.vars, **overrides}))
-        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
+        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}", *args)
 
     def props(self, i: int, *names: str) -> dict[str, str]:
         return self.ct.unit_props(f"sglang@{i}.service", names)
@@ -139,6 +139,16 @@ def test_second_run_changes_nothing(fleet: Fleet) -> None:
     assert fleet.snapshot() == before
 
 
+def test_check_mode_says_what_would_change_and_changes_nothing(fleet: Fleet) -> None:
+    before = fleet.snapshot()
+    run = fleet.serve("--check", sglang_fleet_max_running_requests=64)
+    assert run.rc == 0, run.explain()
+    assert run.recap["changed"] >= INSTANCES, run.explain()  # eight environment files, eight restarts
+    assert "Restart sglang@7" in run.output
+    assert API_KEY not in run.output
+    assert fleet.snapshot() == before
+
+
 class HealthWatch:
     """Polls every instance's /health_generate from here and keeps (monotonic time, healthy) samples."""
 
@@ -220,6 +230,29 @@ def test_killed_instance_is_restarted_by_systemd(fleet: Fleet) -> None:
     wait_healthy(PORT_BASE + 3)
 
 
+def test_failed_health_gate_stops_the_roll_and_names_the_instance(fleet: Fleet) -> None:
+    pids = fleet.main_pids()
+    # A warm-up longer than the gate waits: the first instance restarted never turns healthy.
+    run = fleet.serve(
+        sglang_fleet_extra_args=["--standin-warmup-seconds", "600"], sglang_fleet_health_timeout=4
+    )
+    assert run.rc != 0, run.explain()
+    output = " ".join(run.output.split())
+    assert "Rolling restart stopped" in output, run.explain()
+    assert "sglang@0 (port 30000) is not healthy: starting" in output, run.explain()
+    assert "last 30 journal lines of sglang@0" in output, run.explain()
+    assert "Restart sglang@1" not in output
+    after = fleet.main_pids()
+    assert after[0] != pids[0]
+    assert after[1:] == pids[1:], "the roll went on past the failed gate"
+
+    # Back to the fleet's configuration: only instance 0 runs another one, so only it restarts.
+    run = fleet.serve()
+    assert run.rc == 0, run.explain()
+    assert fleet.main_pids()[1:] == pids[1:]
+    assert health(PORT_BASE) == 200
+
+
 @pytest.fixture
 def port_taken() -> Iterator[int]:
     """Something else listening on the port a ninth instance would take (here, on the shared network)."""
@@ -264,7 +297,9 @@ def test_port_taken_by_another_process_fails_before_any_change(fleet: Fleet, por
     assert run.rc != 0, run.explain()
     output = " ".join(run.output.split())
     assert "already taken by another process" in output, run.explain()
-    assert f"{port_taken}: a process outside this host's view" in output, run.explain()
+    assert f"{port_taken}: a process this host cannot see (the host or another container)" in output, (
+        run.explain()
+    )
     assert run.recap["changed"] == 0, run.explain()
     assert fleet.snapshot() == before
 
