@@ -7,6 +7,7 @@ whether or not pytest itself was started under `flock /tmp/sglfleet-lab.lock ...
 from __future__ import annotations
 
 import fcntl
+import shutil
 import subprocess
 import sys
 import time
@@ -107,8 +108,11 @@ def ct() -> Container:
 def sglfleet_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A wheel of this checkout's sglfleet package."""
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools leaves build/ and *.egg-info next to the sources it builds.
+    src = tmp_path_factory.mktemp("src") / "python"
+    shutil.copytree(REPO / "python", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO / "python")],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)],
         check=True,
         capture_output=True,
         timeout=300,
