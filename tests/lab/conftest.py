@@ -94,14 +94,17 @@ class Ct:
 
     def create(self, **params) -> dict:
         """POST /nodes/{node}/lxc from the lab template with the lab's SSH key; the finished task."""
+        return self.run_task(self.post_create(**params))
+
+    def post_create(self, **params) -> str:
+        """POST /nodes/{node}/lxc from the lab template with the lab's SSH key; the task's UPID."""
         defaults = {
             "ostemplate": self.settings.ostemplate,
             "storage": self.settings.rootfs_storage,
             "hostname": f"ct{self.vmid}",
             "ssh-public-keys": self.settings.ssh_key.with_suffix(".pub").read_text(),
         }
-        upid = self.pve.nodes(self.settings.node).lxc.post(vmid=self.vmid, **{**defaults, **params})
-        return self.run_task(upid)
+        return self.pve.nodes(self.settings.node).lxc.post(vmid=self.vmid, **{**defaults, **params})
 
     def start(self) -> dict:
         return self.run_task(self.api.status.start.post())

@@ -3,7 +3,9 @@ shut down and destroyed; and the lab's promises around it (idempotent up, the ho
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,8 +20,16 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_ct_lifecycle_through_the_api(ct):
-    created = ct.create(cores=2, memory=1024)
+    upid = ct.post_create(cores=2, memory=1024)
+    # The container is being unpacked in a worker thread: the API keeps answering meanwhile.
+    asked = time.monotonic()
+    assert ct.pve.version.get()["version"]
+    assert time.monotonic() - asked < 1.0
+    assert ct.pve.nodes(ct.settings.node).tasks(upid).status.get()["status"] == "running"
+    created = ct.run_task(upid)
     assert created["exitstatus"] == "OK", created
+    log = [line["t"] for line in ct.pve.nodes(ct.settings.node).tasks(upid).log.get()]
+    assert f"lab: container 200 made from {ct.settings.template_name}, sshd on 127.0.0.1:2222" in log
     assert ct.status() == "stopped"
     config = ct.api.config.get()
     assert (config["hostname"], config["cores"], int(config["memory"])) == ("ct200", 2, 1024)
@@ -86,6 +96,12 @@ def test_host_network_is_unchanged_by_a_container_boot(ct):
     )
     assert masked.stdout.split() == ["masked"] * 3, masked
     assert host_network() == before
+    # Root in the container cannot change the host's network either (no CAP_NET_ADMIN there).
+    tamper = ct.ssh(
+        "ip addr add 198.51.100.7/32 dev lo || ip link set lo mtu 1280 || ip route add 198.51.100.0/24 dev lo"
+    )
+    assert tamper.returncode != 0
+    assert "Operation not permitted" in tamper.stderr
     ct.run_task(ct.api.status.shutdown.post(timeout=30))
     assert host_network() == before
 
@@ -133,19 +149,32 @@ def test_a_container_that_powers_off_shows_stopped(ct):
     ct.start()
     assert ct.ssh("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
     ct.ssh("systemctl poweroff")
+
+    # Each way of reading a container's status asks LXC: the CT list, the cluster's resources, its status.
+    def listed() -> str:
+        return {c["vmid"]: c["status"] for c in ct.pve.nodes(ct.settings.node).lxc.get()}[ct.vmid]
+
+    def resource() -> str:
+        return {r["vmid"]: r["status"] for r in ct.pve.cluster.resources.get(type="vm")}[ct.vmid]
+
     deadline = time.monotonic() + 30
-    while ct.status() != "stopped" and time.monotonic() < deadline:
+    while resource() != "stopped" and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert ct.status() == "stopped"
+    assert resource() == listed() == ct.status() == "stopped"
     assert ct.start()["exitstatus"] == "OK"
-    assert ct.ssh("true").returncode == 0
+    pid = ct.api.status.current.get()["pid"]
+    assert ct.run_task(ct.api.status.reboot.post(timeout=30))["exitstatus"] == "OK"
+    rebooted = ct.api.status.current.get()
+    assert rebooted["status"] == "running"
+    assert rebooted["pid"] != pid
+    assert ct.ssh("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
 
 
 def test_the_container_takes_the_hosts_package_access(ct):
     ct.create()
     ct.start()
-    carried = [
-        path
+    host_files = [
+        Path(path)
         for path in (
             "/etc/resolv.conf",
             "/etc/ssl/certs/ca-certificates.crt",
@@ -154,9 +183,38 @@ def test_the_container_takes_the_hosts_package_access(ct):
         )
         if Path(path).is_file()
     ]
-    assert carried, "the host has none of the files the lab carries"
-    for path in carried:
-        assert ct.ssh(f"cat {path}").stdout == Path(path).read_text(), path
+    host_files += sorted(p for p in Path("/etc/apt/sources.list.d").glob("*") if p.is_file())
+    assert host_files, "the host has none of the files the lab carries"
+    for path in host_files:
+        assert ct.ssh(f"cat {path}").stdout == path.read_text(), path
+    if not Path("/etc/apt/sources.list").exists():
+        assert ct.ssh("test ! -e /etc/apt/sources.list").returncode == 0
     pip = ct.ssh("python3 -m pip download --no-deps --dest /tmp/dl six && ls /tmp/dl", timeout=120)
     assert pip.returncode == 0, pip
     assert re.search(r"^six-.*\.whl$", pip.stdout, re.M), pip
+
+
+def test_a_restarted_bridge_takes_its_containers_back(ct):
+    assert ct.create(start=1)["exitstatus"] == "OK"
+    assert ct.status() == "running"
+    pid = ct.api.status.current.get()["pid"]
+    daemon = int(ct.settings.pidfile.read_text())
+    os.kill(daemon, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while (
+        Path(f"/proc/{daemon}/status").exists() and "zombie" not in Path(f"/proc/{daemon}/status").read_text()
+    ):
+        assert time.monotonic() < deadline, "fakepve did not die"
+        time.sleep(0.05)
+    done = subprocess.run(
+        [sys.executable, "-m", "sglfleet.testing.lab", "up"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "serves the PVE API" in done.stdout
+    current = ct.api.status.current.get()
+    assert (current["status"], current["pid"]) == ("running", pid)
+    assert ct.run_task(ct.api.status.shutdown.post(timeout=30))["exitstatus"] == "OK"

@@ -62,6 +62,8 @@ class LxcHost:
 
     settings: LabSettings
     access: HostAccess = field(default_factory=HostAccess.from_host)
+    # cgroup v2 only (a unified hierarchy at /sys/fs/cgroup) or v1 / hybrid, as this host has.
+    cgroup_v2: bool = field(default_factory=lambda: Path("/sys/fs/cgroup/cgroup.controllers").is_file())
 
     # ------------------------------------------------------------ paths
 
@@ -143,7 +145,10 @@ class LxcHost:
             f"lxc.rootfs.path = dir:{rootfs}",
             # No network of its own: the host's namespace, whose interfaces the container never configures.
             "lxc.net.0.type = none",
-            # The host has no AppArmor and cgroup v1: systemd boots with these.
+            # ... and cannot: without CAP_NET_ADMIN, root in the container cannot change links, addresses or
+            # routes (/proc/sys is read-only too: proc:mixed).
+            "lxc.cap.drop = net_admin",
+            # systemd boots as init with these, on a host without AppArmor and with cgroup v1 or v2.
             "lxc.apparmor.profile = unconfined",
             "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
             "lxc.init.cmd = /sbin/init",
@@ -152,15 +157,26 @@ class LxcHost:
             "lxc.pty.max = 64",
             f"lxc.console.logfile = {self.path(vmid) / 'console.log'}",
             "lxc.environment = container=lxc",
-            f"lxc.cgroup.memory.limit_in_bytes = {shape.memory * MIB}",
         ]
-        if shape.cores:
-            lines += [
-                "lxc.cgroup.cpu.cfs_period_us = 100000",
-                f"lxc.cgroup.cpu.cfs_quota_us = {shape.cores * 100000}",
-            ]
+        lines += [f"{key} = {value}" for key, value in self.limits(shape)]
         lines += [f"lxc.mount.entry = {entry}" for entry in self.access.mount_entries()]
         return "\n".join(lines) + "\n"
+
+    def limits(self, shape: Shape, live: bool = False) -> list[tuple[str, str]]:
+        """The cgroup settings of a shape as LXC config keys: memory, and cores as a CPU quota
+        (live: also the "no quota" value a running container needs when cores are dropped)."""
+        quota = shape.cores * 100000 if shape.cores else None
+        if self.cgroup_v2:
+            out = [("lxc.cgroup2.memory.max", str(shape.memory * MIB))]
+            if quota or live:
+                out.append(("lxc.cgroup2.cpu.max", f"{quota or 'max'} 100000"))
+            return out
+        out = [("lxc.cgroup.memory.limit_in_bytes", str(shape.memory * MIB))]
+        if quota:
+            out.append(("lxc.cgroup.cpu.cfs_period_us", "100000"))
+        if quota or live:
+            out.append(("lxc.cgroup.cpu.cfs_quota_us", str(quota or -1)))
+        return out
 
     def write_config(self, vmid: int, shape: Shape) -> None:
         config = self.path(vmid) / "config"
@@ -174,8 +190,8 @@ class LxcHost:
         set_hostname(self.rootfs(vmid), shape.hostname)
         if not self.state(vmid).running:
             return
-        self._lxc("lxc-cgroup", vmid, "memory.limit_in_bytes", str(shape.memory * MIB))
-        self._lxc("lxc-cgroup", vmid, "cpu.cfs_quota_us", str(shape.cores * 100000 if shape.cores else -1))
+        for key, value in self.limits(shape, live=True):
+            self._lxc("lxc-cgroup", vmid, key.split(".", 2)[2], value)
         self._lxc("lxc-attach", vmid, "--", "hostname", shape.hostname)
 
     def start(self, vmid: int, timeout: float = 30) -> State:

@@ -42,11 +42,13 @@ COPIED_TREES = ("/etc", "/usr/local/share/ca-certificates", "/usr/share/keyrings
 
 @dataclass(frozen=True)
 class HostAccess:
-    """Files to copy (host path, path inside the container), read-only bind mounts, and variables."""
+    """Files to copy (host path, path inside the container), read-only bind mounts (path, "dir" or
+    "file"), variables, and files the container must not have because the host has not."""
 
     files: tuple[tuple[Path, str], ...]
-    binds: tuple[Path, ...]
+    binds: tuple[tuple[Path, str], ...]
     environment: tuple[tuple[str, str], ...]
+    removed: tuple[str, ...] = ()
 
     @classmethod
     def from_host(
@@ -96,20 +98,25 @@ class HostAccess:
             if conf.is_file() and re.search(r"acquire", conf.read_text(errors="replace"), re.I):
                 add(conf, "/" + str(conf.relative_to(root)))
         environment = tuple(sorted((k, v) for k, v in environ.items() if ENV_PATTERN.match(k)))
-        binds: list[Path] = []
+        binds: list[tuple[Path, str]] = []
         for location in pip_locations(pip_configs, environment):
             if any(location == Path(tree) or Path(tree) in location.parents for tree in COPIED_TREES):
                 add(at(str(location)), str(location))
-            elif at(str(location)).exists() and location not in binds:
-                binds.append(location)
+            elif at(str(location)).exists() and location not in dict(binds):
+                binds.append((location, "dir" if at(str(location)).is_dir() else "file"))
+        # Sources only in sources.list.d: debootstrap's sources.list would list the mirror twice.
+        removed = () if at("/etc/apt/sources.list").is_file() else ("/etc/apt/sources.list",)
         return cls(
             files=tuple(sorted((host, inside) for inside, host in files.items())),
             binds=tuple(binds),
             environment=environment,
+            removed=removed,
         )
 
     def install(self, rootfs: Path) -> None:
         """Copy the files into rootfs (a container's root) and write the variables to /etc/environment."""
+        for inside in self.removed:
+            (rootfs / inside.lstrip("/")).unlink(missing_ok=True)
         for host, inside in self.files:
             target = rootfs / inside.lstrip("/")
             if target.is_symlink() or target.is_dir():
@@ -132,11 +139,7 @@ class HostAccess:
 
     def mount_entries(self) -> list[str]:
         """lxc.mount.entry values for the read-only bind mounts."""
-        out = []
-        for path in self.binds:
-            kind = "dir" if path.is_dir() else "file"
-            out.append(f"{path} {str(path).lstrip('/')} none ro,bind,create={kind} 0 0")
-        return out
+        return [f"{path} {str(path).lstrip('/')} none ro,bind,create={kind} 0 0" for path, kind in self.binds]
 
 
 def _env_line(name: str, value: str) -> str:

@@ -42,6 +42,7 @@ IGNORED = {
     r"dev\d+": "device passthrough ignored: the lab has no GPUs",
     r"net\d+": "network device ignored: the lab container shares the host's network",
     r"mp\d+": "mount point ignored by the lab",
+    r"features": "feature flags ignored: the lab container is privileged and may do what they allow",
 }
 
 
@@ -171,6 +172,8 @@ class LabPve(FakePve):
         LOG.info("CT %s made from %s in %.1f s", ct.vmid, template, time.monotonic() - start)
         port = self.lxc.ssh_port(ct.vmid)
         notes = [f"lab: container {ct.vmid} made from {template.name}, sshd on 127.0.0.1:{port}"]
+        if str(ct.config.get("unprivileged", "0")) == "1":
+            notes.append("lab: unprivileged=1 is kept in the config, but the lab container is privileged")
         return notes + self._ignored(ct.config)
 
     @staticmethod
@@ -200,6 +203,8 @@ class LabPve(FakePve):
         if not isinstance(vm, FakeCt):
             return await super().task(node, ttype, tid, user, body, vm=vm, lock=lock, log=log)
         ct = vm
+        # The task's record, once fakepve made it: the lab's notes go in its log one line each.
+        made: dict[str, dict] = {}
 
         async def realised() -> str | None:
             self._busy[ct.vmid] = self._busy.get(ct.vmid, 0) + 1
@@ -210,12 +215,19 @@ class LabPve(FakePve):
                     await self._reconcile(ct, quiet=True)
                     raise
                 notes = await self._reconcile(ct)
-                return "\n".join(str(n) for n in [note, *notes] if n) or None
+                lines = [str(n) for n in [note, *notes] if n]
+                if "task" in made:
+                    made["task"]["log"].extend(lines)
+                    return None
+                return "\n".join(lines) or None
             finally:
                 self._busy[ct.vmid] -= 1
                 self._generation[ct.vmid] = self._generation.get(ct.vmid, 0) + 1
 
-        return await super().task(node, ttype, tid, user, realised, vm=vm, lock=lock, log=log)
+        upid = await super().task(node, ttype, tid, user, realised, vm=vm, lock=lock, log=log)
+        if upid in self.tasks:
+            made["task"] = self.tasks[upid]
+        return upid
 
     async def _reconcile(self, ct: FakeCt, quiet: bool = False) -> list[str]:
         """Make the real container match fakepve's view of ct; returns notes for the task log."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import fcntl
 import logging
 import os
 import shutil
@@ -18,7 +19,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,9 +56,35 @@ class LabError(RuntimeError):
 # ------------------------------------------------------------ up
 
 
+@contextlib.contextmanager
+def admin_lock(settings: LabSettings, say: Say, timeout: float = 600) -> Iterator[None]:
+    """Hold the lab's admin lock (one `up` or `down` at a time, machine-wide)."""
+    settings.admin_lock.parent.mkdir(parents=True, exist_ok=True)
+    with settings.admin_lock.open("a") as lock:
+        deadline = time.monotonic() + timeout
+        waiting = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LabError(f"another `lab up` or `lab down` holds {settings.admin_lock}") from None
+                if not waiting:
+                    say(f"waiting for another `lab up` or `lab down` ({settings.admin_lock})")
+                    waiting = True
+                time.sleep(0.5)
+        yield
+
+
 def up(settings: LabSettings, say: Say = print) -> bool:
     """Bring the lab up; True if anything was done, False if it was already up."""
     preflight()
+    with admin_lock(settings, say):
+        return _up(settings, say)
+
+
+def _up(settings: LabSettings, say: Say) -> bool:
     did = False
     settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     settings.lxc_path.mkdir(mode=0o700, exist_ok=True)
@@ -69,9 +96,10 @@ def up(settings: LabSettings, say: Say = print) -> bool:
     if ensure_template(settings, say):
         did = True
     pid = daemon_pid(settings)
-    if pid is None or not api_ready(settings):
+    problem = api_problem(settings) if pid is not None else "not running"
+    if problem:
         if pid is not None:
-            say(f"fakepve pid {pid} does not answer on {settings.url}: restarting it")
+            say(f"fakepve pid {pid}: {problem}: restarting it")
             stop_daemon(settings)
         if ensure_tls(settings):
             say(f"made the lab's TLS certificate {settings.ca_cert}")
@@ -81,7 +109,7 @@ def up(settings: LabSettings, say: Say = print) -> bool:
     if did:
         say(f"lab up in {time.monotonic() - start:.1f} s")
     else:
-        say(f"lab already up: fakepve pid {pid} on {settings.url}")
+        say(f"lab already up: fakepve pid {pid} on {settings.url} ({daemon_python(pid)})")
     return did
 
 
@@ -135,7 +163,8 @@ def start_daemon(settings: LabSettings) -> int:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            settings.pidfile.unlink(missing_ok=True)
+            if settings.pidfile.is_file() and settings.pidfile.read_text().strip() == str(proc.pid):
+                settings.pidfile.unlink()
             raise LabError(f"fakepve exited with {proc.returncode}:\n{log_tail(settings)}")
         if api_ready(settings):
             return proc.pid
@@ -154,8 +183,13 @@ def log_tail(settings: LabSettings, lines: int = 20) -> str:
 
 def api_ready(settings: LabSettings) -> bool:
     """True if the API answers /version to the lab's token, over TLS verified with the lab's CA."""
+    return api_problem(settings) is None
+
+
+def api_problem(settings: LabSettings) -> str | None:
+    """Why the API does not answer /version to the lab's token over verified TLS, or None when it does."""
     if not settings.ca_cert.is_file():
-        return False
+        return f"{settings.ca_cert} is missing"
     try:
         answer = httpx.get(
             f"{settings.url}/api2/json/version",
@@ -163,21 +197,45 @@ def api_ready(settings: LabSettings) -> bool:
             timeout=3,
             headers={"Authorization": f"PVEAPIToken={settings.token_id}={settings.token_secret}"},
         )
-    except httpx.HTTPError:
-        return False
-    return answer.status_code == 200
+    except httpx.ConnectError as e:
+        if "CERTIFICATE_VERIFY_FAILED" in str(e):
+            return f"its TLS certificate is not {settings.ca_cert}"
+        return f"no answer on {settings.url} ({e})"
+    except httpx.HTTPError as e:
+        return f"no answer on {settings.url} ({e})"
+    if answer.status_code != 200:
+        return f"{settings.url} answers {answer.status_code} to the lab's token"
+    return None
 
 
 def daemon_pid(settings: LabSettings) -> int | None:
-    """The pid of the lab's fakepve if the pidfile names a live one."""
+    """The pid of the lab's fakepve: the one the pidfile names, else one found running (its pidfile lost)."""
     try:
         pid = int(settings.pidfile.read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError, IndexError):
-        return None
-    if b"sglfleet.testing.lab" in cmdline and b"serve" in cmdline:
+        pid = None
+    if pid is not None and _is_daemon(pid):
         return pid
-    return None
+    found = sorted(
+        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _is_daemon(int(p.name))
+    )
+    return found[0] if found else None
+
+
+def daemon_python(pid: int) -> str:
+    """The interpreter a daemon runs (its venv says which checkout's code it serves)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except (OSError, IndexError):
+        return "?"
+
+
+def _is_daemon(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"sglfleet.testing.lab" in cmdline and b"serve" in cmdline
 
 
 def stop_daemon(settings: LabSettings, timeout: float = 10.0) -> int | None:
@@ -201,6 +259,12 @@ def down(settings: LabSettings, say: Say = print, keep_template: bool = False) -
     """Stop the daemon, remove every container and every file the lab made."""
     if os.geteuid() != 0:
         raise LabError("the lab needs root: run `lab down` as root")
+    with admin_lock(settings, say):
+        _down(settings, say, keep_template)
+        settings.admin_lock.unlink(missing_ok=True)
+
+
+def _down(settings: LabSettings, say: Say, keep_template: bool) -> None:
     pid = stop_daemon(settings)
     if pid is not None:
         say(f"stopped fakepve pid {pid}")
@@ -270,6 +334,7 @@ class Status:
     pid: int | None
     url: str
     answering: bool
+    python: str | None  # the interpreter the daemon runs: which checkout's code it serves
     template: Path
     template_size: int | None
     containers: list[tuple[int, str, int]] = field(default_factory=list)  # (vmid, state, ssh port)
@@ -283,9 +348,8 @@ class Status:
         if self.pid is None:
             out.append("fakepve: not running")
         else:
-            out.append(
-                f"fakepve: pid {self.pid}, {self.url} {'answers' if self.answering else 'does NOT answer'}"
-            )
+            answer = "answers" if self.answering else "does NOT answer"
+            out.append(f"fakepve: pid {self.pid} ({self.python}), {self.url} {answer}")
         if self.template_size is None:
             out.append(f"template: missing ({self.template})")
         else:
@@ -309,6 +373,7 @@ def status(settings: LabSettings) -> Status:
         pid=pid,
         url=settings.url,
         answering=pid is not None and api_ready(settings),
+        python=daemon_python(pid) if pid is not None else None,
         template=template,
         template_size=template.stat().st_size if template.is_file() else None,
         containers=containers,

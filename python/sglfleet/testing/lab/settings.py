@@ -36,6 +36,8 @@ class LabSettings:
     # The storage for container root filesystems, as on a stock PVE install.
     rootfs_storage: str = "local-lvm"
     release: str = "bookworm"
+    # Held while `up` or `down` runs, so that two of them never interleave (a lock in /run, gone at boot).
+    admin_lock: Path = Path("/run/lock/sglfleet-lab-admin.lock")
     # CT 200's sshd listens on 127.0.0.1:2222; CT N's on 2022 + N (they all share the host's network).
     ssh_port_base: int = 2022
 
