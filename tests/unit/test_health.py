@@ -139,6 +139,10 @@ def test_endpoints_from_range() -> None:
         ("http://127.0.0.1:30001", 30001, 1),
     ]
     assert eps[-1].port == 30007 and eps[-1].gpu == 7
+    mapped = health.endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6, 7])
+    assert [(e.port, e.gpu) for e in mapped] == [(30000, 6), (30001, 7)]
+    with pytest.raises(ValueError, match="gpu_ids has 1 entries for 2 instances"):
+        health.endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6])
     with pytest.raises(ValueError, match="count must be at least 1"):
         health.endpoints_from_range("127.0.0.1", 30000, 0)
     with pytest.raises(ValueError, match=r"ports 65530..65537 are not all within"):
@@ -200,6 +204,8 @@ def test_module_count_form_and_bad_input(tmp_path: Path) -> None:
     port = free_port()
     row = run_module("sglang_health", {"count": 2, "port_base": port}, tmp_path)["instances"][0]
     assert (row["port"], row["gpu"], row["reason"]) == (port, 0, "refused")
+    mapped = run_module("sglang_health", {"count": 2, "port_base": port, "gpu_ids": [4, 5]}, tmp_path)
+    assert [r["gpu"] for r in mapped["instances"]] == [4, 5]
     both = run_module("sglang_health", {"count": 2, "urls": ["http://127.0.0.1:1"]}, tmp_path)
     assert both["failed"] and "mutually exclusive" in both["msg"]
     bad = run_module("sglang_health", {"urls": ["localhost:30000"]}, tmp_path)
