@@ -93,6 +93,20 @@ def test_generate_batch_answers_a_list_in_order(client):
     assert [o["text"] for o in outs] == [s["text"] for s in singles]
 
 
+def test_generate_batch_with_sampling_params_per_prompt(client):
+    params = [{"max_new_tokens": 2, "ignore_eos": True}, {"max_new_tokens": 5, "ignore_eos": True}]
+    response = client.put(
+        "/generate", json={"text": ["x", "y"], "sampling_params": params, "rid": ["r1", "r2"]}
+    )
+    assert response.status_code == 200
+    outs = response.json()
+    assert [o["meta_info"]["completion_tokens"] for o in outs] == [2, 5]
+    assert [o["meta_info"]["id"] for o in outs] == ["r1", "r2"]
+    mismatched = client.post("/generate", json={"text": ["x", "y", "z"], "sampling_params": params})
+    assert mismatched.status_code == 400
+    assert "sampling_params" in mismatched.json()["error"]["message"]
+
+
 def test_generate_with_input_ids(client):
     out = client.post(
         "/generate", json={"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 3}}

@@ -95,23 +95,23 @@ def test_a_port_in_use_exits_1_saying_so():
 
 
 def test_health_is_503_during_warmup_then_200():
-    server = start_standin(wait_healthy=False, standin_warmup_seconds=1.0)
+    server = start_standin(wait_healthy=False, standin_warmup_seconds=2.0)
     try:
         started = time.monotonic()
         assert httpx.get(f"{server.base_url}/health").status_code == 503
         assert httpx.get(f"{server.base_url}/health_generate").status_code == 503
         assert httpx.get(f"{server.base_url}/server_info").json()["status"] == "starting"
         while httpx.get(f"{server.base_url}/health").status_code == 503:
-            assert time.monotonic() - started < 5
+            assert time.monotonic() - started < 10
             time.sleep(0.05)
-        assert time.monotonic() - started >= 0.8
+        assert time.monotonic() - started >= 1.0
         assert httpx.get(f"{server.base_url}/server_info").json()["status"] == "ready"
     finally:
         server.close()
 
 
 def test_sigterm_drains_in_flight_requests_then_exits_0():
-    with standin_process(standin_ttft=1.0) as server:
+    with standin_process(standin_ttft=2.5) as server:
         result: dict = {}
 
         def slow_request() -> None:
@@ -125,10 +125,15 @@ def test_sigterm_drains_in_flight_requests_then_exits_0():
             assert time.monotonic() < deadline
             time.sleep(0.02)
         server.process.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(f"{server.base_url}/health", timeout=2)
-        assert server.process.poll() is None  # still draining
+        deadline = time.monotonic() + 1.5
+        while True:  # new connections are refused soon after the signal...
+            try:
+                httpx.get(f"{server.base_url}/health", timeout=1)
+            except httpx.ConnectError:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert server.process.poll() is None  # ...while the request in flight is still served
         thread.join(10)
         response = result["response"]
         assert response.status_code == 200

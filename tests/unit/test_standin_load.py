@@ -30,8 +30,11 @@ def test_requests_beyond_the_limit_wait_and_all_complete():
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             start = time.monotonic()
             tasks = [asyncio.create_task(http.post("/v1/completions", json=_body())) for _ in range(5)]
-            await asyncio.sleep(0.25)
             load = await _load(http)
+            while load["num_running_reqs"] + load["num_waiting_reqs"] < 5:  # all five arrived
+                assert time.monotonic() - start < 0.8, load
+                await asyncio.sleep(0.02)
+                load = await _load(http)
             assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (2, 3)
             metrics = (await http.get("/metrics")).text
             assert "sglang:num_running_reqs{" in metrics
@@ -47,13 +50,13 @@ def test_requests_beyond_the_limit_wait_and_all_complete():
             responses = await asyncio.gather(*tasks)
             elapsed = time.monotonic() - start
             assert [r.status_code for r in responses] == [200] * 5
-            # Three waves (2 + 2 + 1) of 0.6 s each.
-            assert 1.7 <= elapsed < 3.5, elapsed
+            # Three waves (2 + 2 + 1) of 1 s each; unlimited, all would be done in 1 s.
+            assert 2.9 <= elapsed < 7, elapsed
             load = await _load(http)
             assert (load["num_running_reqs"], load["num_waiting_reqs"], load["num_used_tokens"]) == (0, 0, 0)
             assert (await http.post("/flush_cache")).status_code == 200
 
-    with running_standin(max_running_requests=2, standin_ttft=0.6, enable_metrics=True) as url:
+    with running_standin(max_running_requests=2, standin_ttft=1.0, enable_metrics=True) as url:
         asyncio.run(scenario(url))
 
 
@@ -62,13 +65,13 @@ def test_a_client_that_hangs_up_frees_its_slot():
         async with httpx.AsyncClient(base_url=url) as http:
             with pytest.raises(httpx.ReadTimeout):
                 await http.post("/v1/completions", json=_body(), timeout=0.3)
-            await asyncio.sleep(0.1)
-            load = await _load(http)
-            assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (0, 0)
-            response = await http.post("/v1/completions", json=_body(), timeout=10)
-            assert response.status_code == 200
+            deadline = time.monotonic() + 2  # well before the abandoned request's 5 s are up
+            while (load := await _load(http))["num_running_reqs"]:
+                assert time.monotonic() < deadline, load
+                await asyncio.sleep(0.02)
+            assert load["num_waiting_reqs"] == 0
 
-    with running_standin(max_running_requests=1, standin_ttft=1.0) as url:
+    with running_standin(max_running_requests=1, standin_ttft=5.0) as url:
         asyncio.run(scenario(url))
 
 
@@ -78,7 +81,7 @@ def test_latency_is_ttft_plus_tokens_over_decode_rate():
         out = httpx.post(f"{url}/v1/completions", json=_body(10), timeout=10).json()
         elapsed = time.monotonic() - start
         assert out["usage"]["completion_tokens"] == 10
-        assert 0.4 <= elapsed < 0.9, elapsed  # 0.2 + 10 / 50
+        assert 0.4 <= elapsed < 1.5, elapsed  # 0.2 + 10 / 50
 
 
 def test_streamed_tokens_are_paced_by_the_decode_rate():
@@ -91,7 +94,7 @@ def test_streamed_tokens_are_paced_by_the_decode_rate():
                 if line.startswith("data: {"):
                     arrivals.append(time.monotonic())
         assert len(arrivals) == 7  # 6 tokens and the finish chunk
-        assert 0.2 <= arrivals[5] - arrivals[0] < 0.6  # 5 gaps of 1/20 s
+        assert 0.2 <= arrivals[5] - arrivals[0] < 1.0  # 5 gaps of 1/20 s
 
 
 def test_gen_throughput_reflects_recent_tokens():
