@@ -40,6 +40,8 @@ class Fleet:
     tmp: Path
     vars: dict = field(default_factory=dict)
     first: PlaybookRun | None = None
+    fresh_check: PlaybookRun | None = None
+    fresh_left: str = ""
 
     def serve(self, *args: str, **overrides: object) -> PlaybookRun:
         extra = self.tmp / f"vars-{time.monotonic_ns()}.json"
@@ -86,6 +88,11 @@ def fleet(
         tmp_path_factory.mktemp("serve"),
         vars={"ansible_python_interpreter": MODULE_PYTHON, "sglang_fleet_api_key": API_KEY},
     )
+    fleet.fresh_check = fleet.serve("--check")
+    fleet.fresh_left = prepared_ct.run(
+        "ls -d /etc/sglang /etc/systemd/system/sglang@.service /etc/systemd/system/multi-user.target.wants/sglang@*",
+        check=False,
+    ).stdout
     fleet.first = fleet.serve()
     yield fleet
     prepared_ct.run(RESET)
@@ -129,6 +136,16 @@ def test_serve_brings_up_eight_healthy_instances(fleet: Fleet) -> None:
     assert ledger["status"] == "done"
     assert ledger["evidence"]["instances"] == INSTANCES
     assert ledger["evidence"]["ports"] == [PORT_BASE + i for i in range(INSTANCES)]
+
+
+def test_check_mode_on_a_fresh_host_changes_nothing(fleet: Fleet) -> None:
+    # Run by the fixture on CT 200 without any instance, before the first real run.
+    run = fleet.fresh_check
+    assert run is not None
+    assert run.rc == 0, run.explain()
+    assert "Would install sglang@.service, then enable and start sglang@0" in " ".join(run.output.split())
+    assert run.recap["changed"] >= 1
+    assert fleet.fresh_left == "", f"check mode left {fleet.fresh_left}"
 
 
 def test_second_run_changes_nothing(fleet: Fleet) -> None:
