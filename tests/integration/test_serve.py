@@ -89,9 +89,9 @@ def fleet(
         vars={"ansible_python_interpreter": MODULE_PYTHON, "sglang_fleet_api_key": API_KEY},
     )
     fleet.fresh_check = fleet.serve("--check")
+    units = "/etc/systemd/system"
     fleet.fresh_left = prepared_ct.run(
-        "ls -d /etc/sglang /etc/systemd/system/sglang@.service /etc/systemd/system/multi-user.target.wants/sglang@*",
-        check=False,
+        f"ls -d /etc/sglang {units}/sglang@.service {units}/multi-user.target.wants/sglang@*", check=False
     ).stdout
     fleet.first = fleet.serve()
     yield fleet
