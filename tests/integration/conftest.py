@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import CT_HOST, LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
+from ansible_lab import CT_HOST, FAKE_NVIDIA_SMI, LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
 from proxmoxer import ProxmoxAPI
 
 from sglfleet.testing.lab.service import up
@@ -128,3 +128,11 @@ def prepared_ct(ct: Container, ansible: Ansible, sglfleet_wheel: Path) -> Contai
     assert run.rc == 0, run.explain()
     print(f"CT 200 prepared in {run.seconds:.1f} s")
     return ct
+
+
+@pytest.fixture(scope="session")
+def fake_nvidia_smi(ct: Container) -> str:
+    """A stand-in nvidia-smi in CT 200 (tests/integration/files/nvidia-smi): eight GPUs, and a compute
+    process for each live pid in /var/tmp/fake-nvidia-smi.pids. Point *_nvidia_smi variables at it."""
+    ct.put(FAKE_NVIDIA_SMI, (Path(__file__).parent / "files/nvidia-smi").read_text(), mode="0755")
+    return FAKE_NVIDIA_SMI

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
+from ansible_lab import FAKE_NVIDIA_SMI, MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -156,6 +156,17 @@ def test_second_run_changes_nothing(fleet: Fleet) -> None:
     assert fleet.snapshot() == before
 
 
+def test_instances_default_to_one_per_gpu(fleet: Fleet, fake_nvidia_smi: str) -> None:
+    # With eight GPUs (the stand-in nvidia-smi) and no count, the fleet is the eight it already is.
+    before = fleet.snapshot()
+    run = fleet.serve(
+        sglang_fleet_instances=None, sglang_fleet_check_gpus=True, sglang_fleet_nvidia_smi=fake_nvidia_smi
+    )
+    assert run.rc == 0, run.explain()
+    assert run.recap["changed"] == 0, run.explain()
+    assert fleet.snapshot() == before
+
+
 def test_check_mode_says_what_would_change_and_changes_nothing(fleet: Fleet) -> None:
     before = fleet.snapshot()
     run = fleet.serve("--check", sglang_fleet_max_running_requests=64)
@@ -283,8 +294,16 @@ def port_taken() -> Iterator[int]:
 
 BAD_VARIABLES = {
     "more instances than GPUs": (
+        {
+            "sglang_fleet_check_gpus": True,
+            "sglang_fleet_nvidia_smi": FAKE_NVIDIA_SMI,
+            "sglang_fleet_instances": 9,
+        },
+        "sglang_fleet_instances is 9 but ct200 has 8 GPU(s)",
+    ),
+    "instances but no GPU": (
         {"sglang_fleet_check_gpus": True},
-        "sglang_fleet_instances is 8 but ct200 has 0 GPU(s)",
+        "sglang_fleet_instances is 8 but ct200 has 0 GPU(s) (nvidia-smi found: False)",
     ),
     "missing model path": (
         {"sglang_fleet_model_path": "/srv/models/missing"},
@@ -298,7 +317,7 @@ BAD_VARIABLES = {
 
 
 @pytest.mark.parametrize("case", BAD_VARIABLES, ids=list(BAD_VARIABLES))
-def test_bad_variable_fails_before_any_change(fleet: Fleet, case: str) -> None:
+def test_bad_variable_fails_before_any_change(fleet: Fleet, fake_nvidia_smi: str, case: str) -> None:
     overrides, message = BAD_VARIABLES[case]
     before = fleet.snapshot()
     run = fleet.serve(**overrides)
