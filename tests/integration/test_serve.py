@@ -273,12 +273,17 @@ def test_failed_health_gate_stops_the_roll_and_names_the_instance(fleet: Fleet) 
     after = fleet.main_pids()
     assert after[0] != pids[0]
     assert after[1:] == pids[1:], "the roll went on past the failed gate"
+    ledger = json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]
+    assert (ledger["status"], ledger["evidence"]["unhealthy"]) == ("failed", ["sglang@0"])
 
     # Back to the fleet's configuration: only instance 0 runs another one, so only it restarts.
     run = fleet.serve()
     assert run.rc == 0, run.explain()
     assert fleet.main_pids()[1:] == pids[1:]
     assert health(PORT_BASE) == 200
+    assert (
+        json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]["status"] == "done"
+    )
 
 
 @pytest.fixture

@@ -203,3 +203,5 @@ def test_fails_naming_the_process_that_keeps_a_gpu(
     output = " ".join(run.output.split())
     assert "Compute processes still hold GPUs on ct200 2 s after the training job was stopped" in output
     assert f"pid {holder} (/usr/bin/python3) on GPU 0" in output, run.explain()
+    record = ledger(jobs.ct)
+    assert (record["status"], record["evidence"]["gpu_processes_left"]) == ("failed", [holder])
