@@ -7,6 +7,7 @@ whether or not pytest itself was started under `flock /tmp/sglfleet-lab.lock ...
 from __future__ import annotations
 
 import fcntl
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import CT_HOST, LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
+from ansible_lab import CT_HOST, FAKE_NVIDIA_SMI, LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
 from proxmoxer import ProxmoxAPI
 
 from sglfleet.testing.lab.service import up
@@ -33,10 +34,12 @@ def lab_lock() -> Iterator[None]:
         yield
         return
     with LAB_LOCK.open("a") as handle:
-        deadline = time.monotonic() + LOCK_WAIT_S
+        start = time.monotonic()
+        deadline = start + LOCK_WAIT_S
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                print(f"lab lock taken after {time.monotonic() - start:.1f} s")
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
@@ -67,6 +70,7 @@ def ct() -> Container:
     lab's PVE API when it is not there (as playbooks/provision.yml would), with room for a fleet."""
     settings = LabSettings()
     up(settings, say=lambda line: print(f"lab: {line}"))
+    start = time.monotonic()
     pve = ProxmoxAPI(
         settings.host,
         port=settings.port,
@@ -92,6 +96,7 @@ def ct() -> Container:
     if lxc(CT_VMID).status.current.get()["status"] != "running":
         _wait_task(pve, settings.node, lxc(CT_VMID).status.start.post())
     container = Container()
+    print(f"CT 200 running {time.monotonic() - start:.1f} s after the lab was up")
     deadline = time.monotonic() + 60
     while not container.reachable():
         assert time.monotonic() < deadline, "CT 200 does not answer SSH on 127.0.0.1:2222"
@@ -103,8 +108,11 @@ def ct() -> Container:
 def sglfleet_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A wheel of this checkout's sglfleet package."""
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools leaves build/ and *.egg-info next to the sources it builds.
+    src = tmp_path_factory.mktemp("src") / "python"
+    shutil.copytree(REPO / "python", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO / "python")],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -118,4 +126,13 @@ def prepared_ct(ct: Container, ansible: Ansible, sglfleet_wheel: Path) -> Contai
     """CT 200 with /opt/sglang/venv holding this checkout's sglfleet, and the lab's model directory."""
     run = ansible.playbook("tests/integration/prepare_sglfleet.yml", "-e", f"sglfleet_wheel={sglfleet_wheel}")
     assert run.rc == 0, run.explain()
+    print(f"CT 200 prepared in {run.seconds:.1f} s")
     return ct
+
+
+@pytest.fixture(scope="session")
+def fake_nvidia_smi(ct: Container) -> str:
+    """A stand-in nvidia-smi in CT 200 (tests/integration/files/nvidia-smi): eight GPUs, and a compute
+    process for each live pid in /var/tmp/fake-nvidia-smi.pids. Point *_nvidia_smi variables at it."""
+    ct.put(FAKE_NVIDIA_SMI, (Path(__file__).parent / "files/nvidia-smi").read_text(), mode="0755")
+    return FAKE_NVIDIA_SMI

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
+from ansible_lab import FAKE_NVIDIA_SMI, MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -40,11 +40,13 @@ class Fleet:
     tmp: Path
     vars: dict = field(default_factory=dict)
     first: PlaybookRun | None = None
+    fresh_check: PlaybookRun | None = None
+    fresh_left: str = ""
 
-    def serve(self, **overrides: object) -> PlaybookRun:
+    def serve(self, *args: str, **overrides: object) -> PlaybookRun:
         extra = self.tmp / f"vars-{time.monotonic_ns()}.json"
         extra.write_text(json.dumps({**self.vars, **overrides}))
-        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
+        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}", *args)
 
     def props(self, i: int, *names: str) -> dict[str, str]:
         return self.ct.unit_props(f"sglang@{i}.service", names)
@@ -86,6 +88,11 @@ def fleet(
         tmp_path_factory.mktemp("serve"),
         vars={"ansible_python_interpreter": MODULE_PYTHON, "sglang_fleet_api_key": API_KEY},
     )
+    fleet.fresh_check = fleet.serve("--check")
+    units = "/etc/systemd/system"
+    fleet.fresh_left = prepared_ct.run(
+        f"ls -d /etc/sglang {units}/sglang@.service {units}/multi-user.target.wants/sglang@*", check=False
+    ).stdout
     fleet.first = fleet.serve()
     yield fleet
     prepared_ct.run(RESET)
@@ -131,11 +138,42 @@ def test_serve_brings_up_eight_healthy_instances(fleet: Fleet) -> None:
     assert ledger["evidence"]["ports"] == [PORT_BASE + i for i in range(INSTANCES)]
 
 
+def test_check_mode_on_a_fresh_host_changes_nothing(fleet: Fleet) -> None:
+    # Run by the fixture on CT 200 without any instance, before the first real run.
+    run = fleet.fresh_check
+    assert run is not None
+    assert run.rc == 0, run.explain()
+    assert "Would install sglang@.service, then enable and start sglang@0" in " ".join(run.output.split())
+    assert run.recap["changed"] >= 1
+    assert fleet.fresh_left == "", f"check mode left {fleet.fresh_left}"
+
+
 def test_second_run_changes_nothing(fleet: Fleet) -> None:
     before = fleet.snapshot()
     run = fleet.serve()
     assert run.rc == 0, run.explain()
     assert run.recap["changed"] == 0, run.explain()
+    assert fleet.snapshot() == before
+
+
+def test_instances_default_to_one_per_gpu(fleet: Fleet, fake_nvidia_smi: str) -> None:
+    # With eight GPUs (the stand-in nvidia-smi) and no count, the fleet is the eight it already is.
+    before = fleet.snapshot()
+    run = fleet.serve(
+        sglang_fleet_instances=None, sglang_fleet_check_gpus=True, sglang_fleet_nvidia_smi=fake_nvidia_smi
+    )
+    assert run.rc == 0, run.explain()
+    assert run.recap["changed"] == 0, run.explain()
+    assert fleet.snapshot() == before
+
+
+def test_check_mode_says_what_would_change_and_changes_nothing(fleet: Fleet) -> None:
+    before = fleet.snapshot()
+    run = fleet.serve("--check", sglang_fleet_max_running_requests=64)
+    assert run.rc == 0, run.explain()
+    assert run.recap["changed"] >= INSTANCES, run.explain()  # eight environment files, eight restarts
+    assert "Restart sglang@7" in run.output
+    assert API_KEY not in run.output
     assert fleet.snapshot() == before
 
 
@@ -220,6 +258,34 @@ def test_killed_instance_is_restarted_by_systemd(fleet: Fleet) -> None:
     wait_healthy(PORT_BASE + 3)
 
 
+def test_failed_health_gate_stops_the_roll_and_names_the_instance(fleet: Fleet) -> None:
+    pids = fleet.main_pids()
+    # A warm-up longer than the gate waits: the first instance restarted never turns healthy.
+    run = fleet.serve(
+        sglang_fleet_extra_args=["--standin-warmup-seconds", "600"], sglang_fleet_health_timeout=4
+    )
+    assert run.rc != 0, run.explain()
+    output = " ".join(run.output.split())
+    assert "Rolling restart stopped" in output, run.explain()
+    assert "sglang@0 (port 30000) is not healthy: starting" in output, run.explain()
+    assert "last 30 journal lines of sglang@0" in output, run.explain()
+    assert "Restart sglang@1" not in output
+    after = fleet.main_pids()
+    assert after[0] != pids[0]
+    assert after[1:] == pids[1:], "the roll went on past the failed gate"
+    ledger = json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]
+    assert (ledger["status"], ledger["evidence"]["unhealthy"]) == ("failed", ["sglang@0"])
+
+    # Back to the fleet's configuration: only instance 0 runs another one, so only it restarts.
+    run = fleet.serve()
+    assert run.rc == 0, run.explain()
+    assert fleet.main_pids()[1:] == pids[1:]
+    assert health(PORT_BASE) == 200
+    assert (
+        json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]["status"] == "done"
+    )
+
+
 @pytest.fixture
 def port_taken() -> Iterator[int]:
     """Something else listening on the port a ninth instance would take (here, on the shared network)."""
@@ -233,8 +299,16 @@ def port_taken() -> Iterator[int]:
 
 BAD_VARIABLES = {
     "more instances than GPUs": (
+        {
+            "sglang_fleet_check_gpus": True,
+            "sglang_fleet_nvidia_smi": FAKE_NVIDIA_SMI,
+            "sglang_fleet_instances": 9,
+        },
+        "sglang_fleet_instances is 9 but ct200 has 8 GPU(s)",
+    ),
+    "instances but no GPU": (
         {"sglang_fleet_check_gpus": True},
-        "sglang_fleet_instances is 8 but ct200 has 0 GPU(s)",
+        "sglang_fleet_instances is 8 but ct200 has 0 GPU(s) (nvidia-smi found: False)",
     ),
     "missing model path": (
         {"sglang_fleet_model_path": "/srv/models/missing"},
@@ -248,7 +322,7 @@ BAD_VARIABLES = {
 
 
 @pytest.mark.parametrize("case", BAD_VARIABLES, ids=list(BAD_VARIABLES))
-def test_bad_variable_fails_before_any_change(fleet: Fleet, case: str) -> None:
+def test_bad_variable_fails_before_any_change(fleet: Fleet, fake_nvidia_smi: str, case: str) -> None:
     overrides, message = BAD_VARIABLES[case]
     before = fleet.snapshot()
     run = fleet.serve(**overrides)
@@ -264,7 +338,9 @@ def test_port_taken_by_another_process_fails_before_any_change(fleet: Fleet, por
     assert run.rc != 0, run.explain()
     output = " ".join(run.output.split())
     assert "already taken by another process" in output, run.explain()
-    assert f"{port_taken}: a process outside this host's view" in output, run.explain()
+    assert f"{port_taken}: a process this host cannot see (the host or another container)" in output, (
+        run.explain()
+    )
     assert run.recap["changed"] == 0, run.explain()
     assert fleet.snapshot() == before
 

@@ -24,6 +24,9 @@ SCRIPT = "/usr/local/lib/sglfleet-trainer.py"
 UNIT = "sglfleet-trainer.service"
 WORK = "/var/tmp/sglfleet-trainer"
 DROP_IN = f"/run/systemd/system/{UNIT}.d/50-sglfleet-training-stop.conf"
+GPU_PIDS = (
+    "/var/tmp/fake-nvidia-smi.pids"  # what tests/integration/files/nvidia-smi lists as compute processes
+)
 
 
 class Jobs:
@@ -51,6 +54,13 @@ class Jobs:
         self._wait_for(f"journalctl --unit={UNIT} _PID={pid} --output=cat | grep -q training")
         return pid
 
+    def start_gpu_holder(self, seconds: int) -> int:
+        """A process the stand-in nvidia-smi lists on GPU 0 until it exits after `seconds`."""
+        pid = int(self.ct.out(f"cd /; setsid nohup sleep {seconds} > /dev/null 2>&1 < /dev/null & echo $!"))
+        self.pids.append(pid)
+        self.ct.run(f"echo {pid} >> {GPU_PIDS}")
+        return pid
+
     def _wait_for(self, command: str, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
         while self.ct.run(command, check=False).returncode != 0:
@@ -73,7 +83,7 @@ class Jobs:
         )
         for pid in self.pids:
             self.ct.run(f"kill -9 {pid}", check=False)
-        self.ct.run(f"rm -rf {WORK} {shlex.quote(DROP_IN)}", check=False)
+        self.ct.run(f"rm -rf {WORK} {shlex.quote(DROP_IN)} {GPU_PIDS}", check=False)
 
 
 @pytest.fixture
@@ -162,3 +172,36 @@ def test_job_ignoring_sigterm_is_killed_after_the_timeout(ansible: Ansible, jobs
     evidence = ledger(jobs.ct)["evidence"]
     assert f"pid {pid}" in evidence["killed"]
     assert f"unit {UNIT}" in evidence["killed"]
+
+
+def test_waits_until_no_compute_process_holds_a_gpu(
+    ansible: Ansible, jobs: Jobs, fake_nvidia_smi: str
+) -> None:
+    pid = jobs.start_process("proc")
+    holder = jobs.start_gpu_holder(seconds=8)  # e.g. a dataloader worker that outlives the job a while
+
+    run = stop_training(ansible, "-e", json.dumps({"training_stop_nvidia_smi": fake_nvidia_smi}))
+    assert run.rc == 0, run.explain()
+    assert jobs.checkpoint("proc") is not None
+    assert not jobs.alive(pid)
+    # It polled while the GPU was busy, and returned only once it was free.
+    assert "FAILED - RETRYING: [ct200]: Wait until nvidia-smi lists no compute process" in run.output, (
+        run.explain()
+    )
+    assert not jobs.alive(holder)
+    assert "nvidia-smi was not found" not in run.output
+    assert ledger(jobs.ct)["evidence"]["nvidia_smi_found"] is True
+
+
+def test_fails_naming_the_process_that_keeps_a_gpu(
+    ansible: Ansible, jobs: Jobs, fake_nvidia_smi: str
+) -> None:
+    holder = jobs.start_gpu_holder(seconds=300)
+    extra = {"training_stop_nvidia_smi": fake_nvidia_smi, "training_stop_gpu_timeout": 2}
+    run = stop_training(ansible, "-e", json.dumps(extra))
+    assert run.rc != 0, run.explain()
+    output = " ".join(run.output.split())
+    assert "Compute processes still hold GPUs on ct200 2 s after the training job was stopped" in output
+    assert f"pid {holder} (/usr/bin/python3) on GPU 0" in output, run.explain()
+    record = ledger(jobs.ct)
+    assert (record["status"], record["evidence"]["gpu_processes_left"]) == ("failed", [holder])
