@@ -7,15 +7,12 @@ whether or not pytest itself was started under `flock /tmp/sglfleet-lab.lock ...
 from __future__ import annotations
 
 import fcntl
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import CT_HOST, FAKE_NVIDIA_SMI, LAB_LOCK, REPO, Ansible, Container, ancestor_holds_lab_lock
+from ansible_lab import CT_HOST, FAKE_NVIDIA_SMI, LAB_LOCK, Ansible, Container, ancestor_holds_lab_lock
 from proxmoxer import ProxmoxAPI
 
 from sglfleet.testing.lab.service import up
@@ -105,26 +102,10 @@ def ct() -> Container:
 
 
 @pytest.fixture(scope="session")
-def sglfleet_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel of this checkout's sglfleet package."""
-    out = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: setuptools leaves build/ and *.egg-info next to the sources it builds.
-    src = tmp_path_factory.mktemp("src") / "python"
-    shutil.copytree(REPO / "python", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (wheel,) = out.glob("sglfleet-*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="session")
-def prepared_ct(ct: Container, ansible: Ansible, sglfleet_wheel: Path) -> Container:
-    """CT 200 with /opt/sglang/venv holding this checkout's sglfleet, and the lab's model directory."""
-    run = ansible.playbook("tests/integration/prepare_sglfleet.yml", "-e", f"sglfleet_wheel={sglfleet_wheel}")
+def prepared_ct(ct: Container, ansible: Ansible) -> Container:
+    """CT 200 with this checkout's sglfleet in the runtime venv (the modules' interpreter) and in
+    /opt/sglang/venv (the stand-in); the lab's model store comes with every lab container."""
+    run = ansible.playbook("tests/integration/prepare_sglfleet.yml")
     assert run.rc == 0, run.explain()
     print(f"CT 200 prepared in {run.seconds:.1f} s")
     return ct

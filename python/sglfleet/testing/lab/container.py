@@ -113,6 +113,7 @@ class LxcHost:
         mask_units(rootfs)
         self.access.install(rootfs)
         set_hostname(rootfs, shape.hostname)
+        put_model_store(rootfs)
         sshd = rootfs / "etc/ssh/sshd_config.d"
         sshd.mkdir(parents=True, exist_ok=True)
         (sshd / "sglfleet-lab.conf").write_text(
@@ -281,6 +282,16 @@ def set_hostname(rootfs: Path, hostname: str) -> None:
         lines.insert(0, "127.0.0.1\tlocalhost")
     lines.append(f"127.0.1.1\t{hostname}")
     hosts.write_text("\n".join(lines) + "\n")
+
+
+# What a real CT gets from a mount point of the host's model storage: the stand-in's "weights".
+LAB_MODEL_DIR = "srv/models/standin-7b"
+
+
+def put_model_store(rootfs: Path) -> None:
+    model = rootfs / LAB_MODEL_DIR
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text('{"architectures": ["StandinForCausalLM"], "model_type": "standin"}\n')
 
 
 def unpack(template: Path, rootfs: Path) -> None:
