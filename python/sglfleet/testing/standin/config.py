@@ -1,0 +1,81 @@
+"""The stand-in's settings: what `sglang.launch_server` flags and `--standin-*` flags set."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class StandinConfig:
+    """Everything the server needs to know, parsed and validated (see ``cli.parse_config``)."""
+
+    model_path: str
+    host: str = "127.0.0.1"
+    port: int = 30000
+    served_model_name: str | None = None
+    api_key: str | None = None
+    enable_metrics: bool = False
+    attention_backend: str | None = None
+    mem_fraction_static: float = 0.88
+    max_running_requests: int | None = None
+    context_length: int = 32768
+    tp_size: int = 1
+    log_level: str = "info"
+    watchdog_timeout: float = 300.0
+    # --standin-* knobs
+    warmup_seconds: float = 0.0
+    ttft_seconds: float = 0.0
+    decode_tokens_per_second: float = 0.0  # 0: no decode time at all
+    error_rate: float = 0.0
+    hang_rate: float = 0.0
+    crash_after: int | None = None
+    seed: int = 0
+    natural_tokens: tuple[int, int] = (16, 256)
+
+    @property
+    def model_name(self) -> str:
+        """The name clients see in `/v1/models` and `model` fields."""
+        return self.served_model_name or self.model_path
+
+    @property
+    def max_total_num_tokens(self) -> int:
+        """KV pool size the stand-in pretends to have (drives `token_usage`)."""
+        return max(self.context_length, int(self.mem_fraction_static * 1_000_000))
+
+    @property
+    def latency_free(self) -> bool:
+        return self.ttft_seconds == 0 and self.decode_tokens_per_second == 0
+
+    def server_args(self) -> dict[str, Any]:
+        """The SGLang-named server arguments, as `/server_info` reports them (no secrets)."""
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path,
+            "host": self.host,
+            "port": self.port,
+            "served_model_name": self.model_name,
+            "api_key": None,  # never echoed, unlike real SGLang
+            "enable_metrics": self.enable_metrics,
+            "attention_backend": self.attention_backend,
+            "mem_fraction_static": self.mem_fraction_static,
+            "max_running_requests": self.max_running_requests,
+            "context_length": self.context_length,
+            "tp_size": self.tp_size,
+            "dp_size": 1,
+            "log_level": self.log_level,
+            "watchdog_timeout": self.watchdog_timeout,
+        }
+
+    def standin_args(self) -> dict[str, Any]:
+        """The `--standin-*` knobs, reported under `standin` in `/server_info`."""
+        return {
+            "warmup_seconds": self.warmup_seconds,
+            "ttft_seconds": self.ttft_seconds,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
+            "error_rate": self.error_rate,
+            "hang_rate": self.hang_rate,
+            "crash_after": self.crash_after,
+            "seed": self.seed,
+            "natural_tokens": list(self.natural_tokens),
+        }
