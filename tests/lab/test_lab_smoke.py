@@ -1,0 +1,212 @@
+"""The lab smoke test: through proxmoxer, CT 200 from the template, booted with systemd, reached over SSH,
+shut down and destroyed; and the lab's promises around it (idempotent up, the host's network untouched)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from proxmoxer.core import ResourceException
+
+from sglfleet.testing.lab.container import LxcHost
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_ct_lifecycle_through_the_api(ct):
+    upid = ct.post_create(cores=2, memory=1024)
+    # The container is being unpacked in a worker thread: the API keeps answering meanwhile.
+    asked = time.monotonic()
+    assert ct.pve.version.get()["version"]
+    assert time.monotonic() - asked < 1.0
+    assert ct.pve.nodes(ct.settings.node).tasks(upid).status.get()["status"] == "running"
+    created = ct.run_task(upid)
+    assert created["exitstatus"] == "OK", created
+    log = [line["t"] for line in ct.pve.nodes(ct.settings.node).tasks(upid).log.get()]
+    assert f"lab: container 200 made from {ct.settings.template_name}, sshd on 127.0.0.1:2222" in log
+    assert ct.status() == "stopped"
+    config = ct.api.config.get()
+    assert (config["hostname"], config["cores"], int(config["memory"])) == ("ct200", 2, 1024)
+
+    assert ct.start()["exitstatus"] == "OK"
+    current = ct.api.status.current.get()
+    assert current["status"] == "running"
+    assert current["pid"] == LxcHost(ct.settings).state(ct.vmid).pid
+
+    booted = ct.ssh("systemctl is-system-running --wait; hostname")
+    state, hostname = booted.stdout.split()
+    assert state in ("running", "degraded"), booted
+    assert hostname == "ct200"
+
+    shutdown = ct.run_task(ct.api.status.shutdown.post(timeout=30))
+    assert shutdown["exitstatus"] == "OK", shutdown
+    assert ct.status() == "stopped"
+    assert not LxcHost(ct.settings).state(ct.vmid).running
+
+    assert ct.run_task(ct.api.delete())["exitstatus"] == "OK"
+    with pytest.raises(ResourceException, match="does not exist"):
+        ct.api.config.get()
+    assert not (ct.settings.lxc_path / str(ct.vmid)).exists()
+
+
+def test_lab_up_on_a_running_lab_is_a_no_op(settings):
+    pid_before = settings.pidfile.read_text()
+    template_mtime = settings.template_path.stat().st_mtime_ns
+    done = subprocess.run(
+        [sys.executable, "-m", "sglfleet.testing.lab", "up"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("lab already up"), done.stdout
+    assert settings.pidfile.read_text() == pid_before
+    assert settings.template_path.stat().st_mtime_ns == template_mtime
+
+
+def host_network() -> str:
+    """The host's interfaces, addresses, routes and rules (address lifetimes left out: they tick)."""
+    out = []
+    for cmd in (
+        ["ip", "-d", "link"],
+        ["ip", "addr"],
+        ["ip", "route", "show", "table", "all"],
+        ["ip", "-6", "route", "show", "table", "all"],
+        ["ip", "rule"],
+    ):
+        out.append(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return re.sub(r"(valid|preferred)_lft \S+", "", "\n".join(out))
+
+
+def test_host_network_is_unchanged_by_a_container_boot(ct):
+    before = host_network()
+    ct.create()
+    ct.start()
+    booted = ct.ssh("systemctl is-system-running --wait")
+    assert booted.stdout.strip() in ("running", "degraded"), booted
+    masked = ct.ssh(
+        "systemctl show -p LoadState --value networking.service systemd-networkd.service ifup@eth0.service"
+    )
+    assert masked.stdout.split() == ["masked"] * 3, masked
+    assert host_network() == before
+    # Root in the container cannot change the host's network either (no CAP_NET_ADMIN there).
+    tamper = ct.ssh(
+        "ip addr add 198.51.100.7/32 dev lo || ip link set lo mtu 1280 || ip route add 198.51.100.0/24 dev lo"
+    )
+    assert tamper.returncode != 0
+    assert "Operation not permitted" in tamper.stderr
+    ct.run_task(ct.api.status.shutdown.post(timeout=30))
+    assert host_network() == before
+
+
+def test_config_changes_are_realised(ct):
+    ct.create(cores=1, memory=512)
+    ct.api.config.put(hostname="renamed", cores=2, memory=768)
+    lxc_config = (ct.settings.lxc_path / "200" / "config").read_text()
+    assert "lxc.uts.name = renamed" in lxc_config
+    assert f"lxc.cgroup.memory.limit_in_bytes = {768 * 1024**2}" in lxc_config
+    assert "lxc.cgroup.cpu.cfs_quota_us = 200000" in lxc_config
+
+    ct.start()
+    seen = ct.ssh("hostname; cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+    assert seen.stdout.split() == ["renamed", str(768 * 1024**2)], seen
+    assert cpu_quota(ct) == 200000
+
+    # A running container takes memory and cores at once, as on PVE.
+    ct.api.config.put(memory=640, cores=1)
+    seen = ct.ssh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+    assert seen.stdout.split() == [str(640 * 1024**2)], seen
+    assert cpu_quota(ct) == 100000
+    assert int(ct.api.config.get()["memory"]) == 640
+
+
+def cpu_quota(ct) -> int:
+    """The container's CFS quota, read on the host (systemd in the container hides the cpu controller)."""
+    cmd = ["lxc-cgroup", "-P", str(ct.settings.lxc_path), "-n", str(ct.vmid), "cpu.cfs_quota_us"]
+    return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+def test_gpu_passthrough_is_root_pam_only_and_ignored(ct, root_pve):
+    ct.create()
+    with pytest.raises(ResourceException, match="403"):
+        ct.api.config.put(dev0="/dev/nvidia0")
+    as_root = root_pve.nodes(ct.settings.node).lxc(ct.vmid)
+    as_root.config.put(dev0="/dev/nvidia0,mode=0666")
+    assert as_root.config.get()["dev0"] == "/dev/nvidia0,mode=0666"
+    assert ct.start()["exitstatus"] == "OK"
+    assert ct.ssh("test ! -e /dev/nvidia0").returncode == 0
+
+
+def test_a_container_that_powers_off_shows_stopped(ct):
+    ct.create()
+    ct.start()
+    assert ct.ssh("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
+    ct.ssh("systemctl poweroff")
+    deadline = time.monotonic() + 30
+    while ct.status() != "stopped" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ct.status() == "stopped"
+    assert ct.start()["exitstatus"] == "OK"
+    pid = ct.api.status.current.get()["pid"]
+    assert ct.run_task(ct.api.status.reboot.post(timeout=30))["exitstatus"] == "OK"
+    rebooted = ct.api.status.current.get()
+    assert rebooted["status"] == "running"
+    assert rebooted["pid"] != pid
+    assert ct.ssh("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
+
+
+def test_the_container_takes_the_hosts_package_access(ct):
+    ct.create()
+    ct.start()
+    host_files = [
+        Path(path)
+        for path in (
+            "/etc/resolv.conf",
+            "/etc/ssl/certs/ca-certificates.crt",
+            "/etc/pip.conf",
+            "/etc/apt/sources.list",
+        )
+        if Path(path).is_file()
+    ]
+    host_files += sorted(p for p in Path("/etc/apt/sources.list.d").glob("*") if p.is_file())
+    assert host_files, "the host has none of the files the lab carries"
+    for path in host_files:
+        assert ct.ssh(f"cat {path}").stdout == path.read_text(), path
+    if not Path("/etc/apt/sources.list").exists():
+        assert ct.ssh("test ! -e /etc/apt/sources.list").returncode == 0
+    pip = ct.ssh("python3 -m pip download --no-deps --dest /tmp/dl six && ls /tmp/dl", timeout=120)
+    assert pip.returncode == 0, pip
+    assert re.search(r"^six-.*\.whl$", pip.stdout, re.M), pip
+
+
+def test_a_restarted_bridge_takes_its_containers_back(ct):
+    assert ct.create(start=1)["exitstatus"] == "OK"
+    assert ct.status() == "running"
+    pid = ct.api.status.current.get()["pid"]
+    daemon = int(ct.settings.pidfile.read_text())
+    os.kill(daemon, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while (
+        Path(f"/proc/{daemon}/status").exists() and "zombie" not in Path(f"/proc/{daemon}/status").read_text()
+    ):
+        assert time.monotonic() < deadline, "fakepve did not die"
+        time.sleep(0.05)
+    done = subprocess.run(
+        [sys.executable, "-m", "sglfleet.testing.lab", "up"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "serves the PVE API" in done.stdout
+    current = ct.api.status.current.get()
+    assert (current["status"], current["pid"]) == ("running", pid)
+    assert ct.run_task(ct.api.status.shutdown.post(timeout=30))["exitstatus"] == "OK"

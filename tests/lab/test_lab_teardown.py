@@ -1,0 +1,67 @@
+"""`lab down` removes every container, process and file the lab made, and leaves the host's network as
+it found it. Runs last (file order): it takes the lab down, then brings it back up for whoever is next."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_lab_smoke import host_network
+
+from sglfleet.testing.lab.service import up
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def lab_processes() -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"sglfleet.testing.lab" in cmdline and b"serve" in cmdline:
+            out.append(int(proc.name))
+    return out
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_lab_down_removes_what_the_lab_made(ct):
+    settings = ct.settings
+    network = host_network()
+    ct.create()
+    ct.start()
+    assert ct.ssh("true").returncode == 0
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sglfleet.testing.lab", "down", "--keep-template"],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert lab_processes() == []
+        assert not listening(settings.port)
+        assert not listening(settings.ssh_port(ct.vmid))
+        assert not settings.state_dir.exists()
+        # Kept on request: the template, and nothing else.
+        assert [p for p in settings.cache_dir.rglob("*") if p.is_file()] == [settings.template_path]
+        assert not Path("/run/lxc/lock", str(settings.lxc_path).lstrip("/")).exists()
+        assert sorted(Path("/sys/fs/cgroup").glob(f"*/lxc.*.{ct.vmid}")) == []
+        assert host_network() == network
+        status = subprocess.run(
+            [sys.executable, "-m", "sglfleet.testing.lab", "status"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert status.returncode == 3
+        assert "fakepve: not running" in status.stdout
+    finally:
+        up(settings)

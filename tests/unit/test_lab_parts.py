@@ -1,0 +1,278 @@
+"""The lab's parts that need no root and no LXC: apt sources, host package access, the LXC config,
+the template's preparation, and the inventory's agreement with the lab's settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglfleet.testing.lab.container import LxcHost, Shape, set_hostname
+from sglfleet.testing.lab.hostaccess import HostAccess, apt_signed_by, pip_locations
+from sglfleet.testing.lab.settings import LabSettings
+from sglfleet.testing.lab.template import (
+    DEFAULT_MIRROR,
+    MASKED_UNITS,
+    host_debian_mirror,
+    mask_units,
+    parse_sources,
+    prepare_rootfs,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# ------------------------------------------------------------ apt sources
+
+
+def test_the_mirror_is_the_hosts_debian_main_not_security(tmp_path):
+    write(
+        tmp_path / "etc/apt/sources.list.d/debian.sources",
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n"
+        "Components: main\n\n"
+        "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\nComponents: main\n\n"
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+        "Components: main contrib\n",
+    )
+    assert host_debian_mirror(tmp_path, "bookworm") == "http://mirror.example/debian"
+
+
+def test_one_line_sources_with_options_are_read(tmp_path):
+    source = write(
+        tmp_path / "sources.list",
+        "# deb http://old.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://one.example/debian bookworm main #\n"
+        "deb-src http://one.example/debian bookworm main\n",
+    )
+    assert parse_sources(source) == [("http://one.example/debian", ["bookworm"], ["main"])]
+
+
+def test_no_usable_source_falls_back_to_deb_debian_org(tmp_path):
+    write(tmp_path / "etc/apt/sources.list", "deb http://x.example/ubuntu jammy main\n")
+    assert host_debian_mirror(tmp_path, "bookworm") == DEFAULT_MIRROR
+
+
+def test_signed_by_keyrings_are_found_in_both_formats(tmp_path):
+    one = write(
+        tmp_path / "a.list",
+        "deb [signed-by=/usr/share/keyrings/a.gpg arch=amd64] https://a.example/ x main\n",
+    )
+    deb822 = write(
+        tmp_path / "b.sources", "Types: deb\nURIs: https://b.example\nSigned-By: /etc/apt/keyrings/b.gpg\n"
+    )
+    assert apt_signed_by(one, deb822, tmp_path / "missing.list") == [
+        "/usr/share/keyrings/a.gpg",
+        "/etc/apt/keyrings/b.gpg",
+    ]
+
+
+# ------------------------------------------------------------ package access
+
+
+@pytest.fixture
+def host(tmp_path) -> Path:
+    """A host tree with DNS, a CA bundle, pip settings naming local indexes, and apt settings."""
+    root = tmp_path / "host"
+    write(root / "etc/resolv.conf", "nameserver 10.1.2.3\n")
+    write(root / "etc/ssl/certs/ca-certificates.crt", "BUNDLE\n")
+    write(root / "usr/local/share/ca-certificates/corp.crt", "CORP CA\n")
+    write(root / "etc/pip.conf", "[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+    write(root / "etc/xdg/pip/pip.conf", "[global]\nconstraint = /etc/xdg/pip/constraints.txt\n")
+    write(root / "etc/xdg/pip/constraints.txt", "torch<=2\n")
+    write(
+        root / "home/pip.d/.config/pip/pip.conf",
+        "[global]\nfind-links = /opt/wheels\nextra-index-url = file:///opt/pypi/simple file:///opt/gone/simple\n",
+    )
+    (root / "opt/wheels").mkdir(parents=True)
+    (root / "opt/pypi/simple").mkdir(parents=True)
+    write(
+        root / "etc/apt/sources.list.d/x.list",
+        "deb [signed-by=/usr/share/keyrings/x.gpg] https://x.example/ x main\n",
+    )
+    write(root / "usr/share/keyrings/x.gpg", "KEY\n")
+    write(root / "etc/apt/apt.conf.d/80proxy", 'Acquire::http::Proxy "http://proxy.example:3128";\n')
+    write(root / "etc/apt/apt.conf.d/20hooks", 'DPkg::Post-Invoke { "true"; };\n')
+    return root
+
+
+def test_the_hosts_package_access_is_collected(host):
+    environ = {
+        "PIP_INDEX_URL": "https://idx.example/simple",
+        "https_proxy": "http://proxy:3128",
+        "HOME": "/x",
+        "PATH": "/bin",
+    }
+    access = HostAccess.from_host(root=host, environ=environ, home=host / "home/pip.d")
+    inside = dict((i, h) for h, i in access.files)
+    for path in (
+        "/etc/resolv.conf",
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/usr/local/share/ca-certificates/corp.crt",
+        "/etc/pip.conf",
+        "/etc/xdg/pip/pip.conf",
+        "/etc/xdg/pip/constraints.txt",
+        "/root/.config/pip/pip.conf",
+        "/etc/apt/sources.list.d/x.list",
+        "/usr/share/keyrings/x.gpg",
+        "/etc/apt/apt.conf.d/80proxy",
+    ):
+        assert path in inside, path
+    assert "/etc/apt/apt.conf.d/20hooks" not in inside  # no Acquire settings in it
+    # A file:// index's .../simple links to ../../files: its parent is mounted; a missing path is not.
+    assert set(access.binds) == {(Path("/opt/wheels"), "dir"), (Path("/opt/pypi"), "dir")}
+    assert dict(access.environment) == {
+        "PIP_INDEX_URL": "https://idx.example/simple",
+        "https_proxy": "http://proxy:3128",
+    }
+    assert sorted(access.mount_entries()) == [
+        "/opt/pypi opt/pypi none ro,bind,create=dir 0 0",
+        "/opt/wheels opt/wheels none ro,bind,create=dir 0 0",
+    ]
+
+
+def test_package_access_is_installed_into_a_rootfs(host, tmp_path):
+    rootfs = tmp_path / "rootfs"
+    write(rootfs / "etc/environment", 'LANG="C"\nPIP_INDEX_URL="old"\n')
+    write(rootfs / "etc/apt/sources.list", "deb http://deb.debian.org/debian bookworm main\n")
+    (rootfs / "etc/resolv.conf").symlink_to("/run/systemd/resolve/stub-resolv.conf")
+    environ = {"PIP_INDEX_URL": 'https://idx.example/"q"'}
+    HostAccess.from_host(root=host, environ=environ, home=host / "home/pip.d").install(rootfs)
+    assert not (rootfs / "etc/resolv.conf").is_symlink()
+    assert (rootfs / "etc/resolv.conf").read_text() == "nameserver 10.1.2.3\n"
+    assert (rootfs / "root/.config/pip/pip.conf").read_text().startswith("[global]\nfind-links = /opt/wheels")
+    assert (
+        rootfs / "etc/environment"
+    ).read_text() == 'LANG="C"\nPIP_INDEX_URL="https://idx.example/\\"q\\""\n'
+
+
+def test_pip_environment_locations_are_mounted_too(tmp_path):
+    assert pip_locations(
+        [], [("PIP_FIND_LINKS", "/srv/wheels https://x.example/w"), ("PIP_TIMEOUT", "/nope")]
+    ) == [Path("/srv/wheels")]
+
+
+# ------------------------------------------------------------ LXC config
+
+
+def test_the_lxc_config_shares_the_hosts_network_and_boots_systemd(tmp_path):
+    settings = LabSettings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    access = HostAccess(files=(), binds=((Path("/opt/wheels"), "dir"),), environment=())
+    config = LxcHost(settings, access, cgroup_v2=False).config_text(200, Shape("ct200", cores=4, memory=2048))
+    lines = config.splitlines()
+    for line in (
+        "lxc.net.0.type = none",
+        "lxc.cap.drop = net_admin",
+        "lxc.init.cmd = /sbin/init",
+        "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
+        "lxc.uts.name = ct200",
+        f"lxc.rootfs.path = dir:{tmp_path}/state/lxc/200/rootfs",
+        f"lxc.cgroup.memory.limit_in_bytes = {2048 * 1024**2}",
+        "lxc.cgroup.cpu.cfs_quota_us = 400000",
+        "lxc.mount.entry = /opt/wheels opt/wheels none ro,bind,create=dir 0 0",
+    ):
+        assert line in lines, line
+    assert not any(line.startswith("lxc.net.0.link") for line in lines)
+    no_cores = LxcHost(settings, access, cgroup_v2=False).config_text(200, Shape("ct200"))
+    assert "cfs_quota_us" not in no_cores
+
+
+def test_limits_follow_the_hosts_cgroup_version(tmp_path):
+    settings = LabSettings(state_dir=tmp_path)
+    access = HostAccess(files=(), binds=(), environment=())
+    shape = Shape("ct200", cores=2, memory=1024)
+    v2 = LxcHost(settings, access, cgroup_v2=True)
+    assert v2.limits(shape) == [
+        ("lxc.cgroup2.memory.max", str(1024 * 1024**2)),
+        ("lxc.cgroup2.cpu.max", "200000 100000"),
+    ]
+    assert v2.limits(Shape("ct200"), live=True)[1] == ("lxc.cgroup2.cpu.max", "max 100000")
+    v1 = LxcHost(settings, access, cgroup_v2=False)
+    assert v1.limits(Shape("ct200"), live=True)[1] == ("lxc.cgroup.cpu.cfs_quota_us", "-1")
+
+
+def test_a_shape_takes_pve_defaults():
+    assert Shape.from_config(201, {}) == Shape("CT201", None, 512, 512)
+    assert Shape.from_config(200, {"hostname": "x", "cores": 8, "memory": "4096", "swap": 0}) == Shape(
+        "x", 8, 4096, 0
+    )
+
+
+def test_the_ssh_port_follows_the_vmid():
+    settings = LabSettings()
+    assert settings.ssh_port(200) == 2222
+    assert settings.ssh_port(100) == 2122
+
+
+# ------------------------------------------------------------ template
+
+
+def test_networking_units_are_masked(tmp_path):
+    write(tmp_path / "etc/systemd/system/networking.service", "[Unit]\n")
+    mask_units(tmp_path)
+    mask_units(tmp_path)
+    for unit in MASKED_UNITS:
+        assert os.readlink(tmp_path / "etc/systemd/system" / unit) == "/dev/null", unit
+    assert {
+        "networking.service",
+        "systemd-networkd.service",
+        "ifup@.service",
+        "NetworkManager.service",
+    } <= set(MASKED_UNITS)
+
+
+def test_the_template_has_no_per_container_identity(tmp_path):
+    write(tmp_path / "etc/ssh/ssh_host_ed25519_key", "KEY")
+    write(tmp_path / "etc/ssh/sshd_config", "x")
+    write(tmp_path / "etc/machine-id", "0123456789abcdef\n")
+    write(tmp_path / "var/cache/apt/archives/x.deb", "deb")
+    prepare_rootfs(tmp_path)
+    assert not (tmp_path / "etc/ssh/ssh_host_ed25519_key").exists()
+    assert (tmp_path / "etc/ssh/sshd_config").exists()
+    assert (tmp_path / "etc/machine-id").read_text() == ""
+    assert not (tmp_path / "var/cache/apt/archives/x.deb").exists()
+
+
+def test_the_hostname_is_written_as_pve_does(tmp_path):
+    write(tmp_path / "etc/hosts", "127.0.0.1\tlocalhost\n127.0.1.1\told\n::1\tlocalhost ip6-localhost\n")
+    set_hostname(tmp_path, "ct200")
+    assert (tmp_path / "etc/hostname").read_text() == "ct200\n"
+    hosts = (tmp_path / "etc/hosts").read_text().splitlines()
+    assert hosts == ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost", "127.0.1.1\tct200"]
+
+
+# ------------------------------------------------------------ inventory
+
+
+def test_the_lab_inventory_names_what_the_lab_serves():
+    settings = LabSettings()
+    lab = yaml.safe_load((REPO / "inventory/lab/group_vars/all/lab.yml").read_text())
+    hosts = yaml.safe_load((REPO / "inventory/lab/hosts.yml").read_text())
+    ct200 = hosts["fleet"]["hosts"]["ct200"]
+    assert (ct200["ansible_host"], ct200["ansible_port"]) == (
+        settings.host,
+        settings.ssh_port(lab["pve_vmid"]),
+    )
+    assert ct200["ansible_ssh_private_key_file"] == str(settings.ssh_key)
+    assert lab["pve_vmid"] == 200
+    assert {
+        "pve_api_host": settings.host,
+        "pve_api_port": settings.port,
+        "pve_node": settings.node,
+        "pve_ca_cert": str(settings.ca_cert),
+        "pve_api_user": settings.user,
+        "pve_api_password": settings.password,
+        "pve_api_token_id": settings.token_name,
+        "pve_api_token_secret": settings.token_secret,
+        "pve_ostemplate": settings.ostemplate,
+        "pve_template_storage": settings.template_storage,
+        "pve_storage": settings.rootfs_storage,
+        "pve_ssh_public_key_file": str(settings.ssh_key.with_suffix(".pub")),
+    }.items() <= lab.items()
