@@ -38,6 +38,13 @@ options:
   count:
     description: Number of instances (0..count-1) on I(host). Excludes I(urls).
     type: int
+  gpu_ids:
+    description:
+      - With I(count), the GPU of each instance (one entry per instance), as the C(gpu) of its row.
+      - Empty means instance i uses GPU i.
+    type: list
+    elements: int
+    default: []
   api_key:
     description:
       - "The SGLang API key, sent as C(Authorization: Bearer) to every endpoint but the health one."
@@ -162,6 +169,7 @@ def main():
             "host": {"type": "str", "default": "127.0.0.1"},
             "port_base": {"type": "int", "default": 30000},
             "count": {"type": "int"},
+            "gpu_ids": {"type": "list", "elements": "int", "default": []},
             "api_key": {"type": "str", "no_log": True},
             "expected_model": {"type": "str"},
             "timeout": {"type": "float", "default": 10.0},
@@ -180,7 +188,7 @@ def main():
         if p["urls"] is not None:
             endpoints = sgl_health.endpoints_from_urls(p["urls"])
         else:
-            endpoints = sgl_health.endpoints_from_range(p["host"], p["port_base"], p["count"])
+            endpoints = sgl_health.endpoints_from_range(p["host"], p["port_base"], p["count"], p["gpu_ids"])
         fleet = sgl_health.check_fleet(
             endpoints,
             api_key=p["api_key"],

@@ -106,15 +106,24 @@ def endpoints_from_urls(urls: Sequence[str]) -> list[Endpoint]:
     return endpoints
 
 
-def endpoints_from_range(host: str, port_base: int, count: int, scheme: str = "http") -> list[Endpoint]:
-    """Instances 0..count-1 on `host`, instance i on port `port_base + i` and GPU i (the fleet layout)."""
+def endpoints_from_range(
+    host: str, port_base: int, count: int, gpu_ids: Sequence[int] = (), scheme: str = "http"
+) -> list[Endpoint]:
+    """Instances 0..count-1 on `host`, instance i on port `port_base + i` and GPU i (the fleet layout).
+
+    `gpu_ids`, when given, names the GPU of each instance instead (one entry per instance).
+    """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     if not 1 <= port_base <= 65535 or port_base + count - 1 > 65535:
         raise ValueError(f"ports {port_base}..{port_base + count - 1} are not all within 1..65535")
+    if gpu_ids and len(gpu_ids) != count:
+        raise ValueError(f"gpu_ids has {len(gpu_ids)} entries for {count} instances")
+    gpus = list(gpu_ids) if gpu_ids else list(range(count))
     netloc = f"[{host}]" if ":" in host else host
     return [
-        Endpoint(url=f"{scheme}://{netloc}:{port_base + i}", port=port_base + i, gpu=i) for i in range(count)
+        Endpoint(url=f"{scheme}://{netloc}:{port_base + i}", port=port_base + i, gpu=gpus[i])
+        for i in range(count)
     ]
 
 

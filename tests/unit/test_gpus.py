@@ -13,6 +13,8 @@ from module_runner import assert_examples_use_documented_options, module_doc, ru
 
 from sglfleet import gpus
 
+pytestmark = pytest.mark.timeout(60)
+
 DATA = Path(__file__).parent / "data" / "nvidia_smi"
 FAKE = DATA / "fake-nvidia-smi"
 

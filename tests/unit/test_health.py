@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +17,9 @@ import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet import health
+from sglfleet.testing.standin.process import running_standin, standin_process
+
+pytestmark = pytest.mark.timeout(60)
 
 HERE = Path(__file__).parent
 LATENCY_S = 0.4
@@ -133,6 +139,10 @@ def test_endpoints_from_range() -> None:
         ("http://127.0.0.1:30001", 30001, 1),
     ]
     assert eps[-1].port == 30007 and eps[-1].gpu == 7
+    mapped = health.endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6, 7])
+    assert [(e.port, e.gpu) for e in mapped] == [(30000, 6), (30001, 7)]
+    with pytest.raises(ValueError, match="gpu_ids has 1 entries for 2 instances"):
+        health.endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6])
     with pytest.raises(ValueError, match="count must be at least 1"):
         health.endpoints_from_range("127.0.0.1", 30000, 0)
     with pytest.raises(ValueError, match=r"ports 65530..65537 are not all within"):
@@ -194,6 +204,8 @@ def test_module_count_form_and_bad_input(tmp_path: Path) -> None:
     port = free_port()
     row = run_module("sglang_health", {"count": 2, "port_base": port}, tmp_path)["instances"][0]
     assert (row["port"], row["gpu"], row["reason"]) == (port, 0, "refused")
+    mapped = run_module("sglang_health", {"count": 2, "port_base": port, "gpu_ids": [4, 5]}, tmp_path)
+    assert [r["gpu"] for r in mapped["instances"]] == [4, 5]
     both = run_module("sglang_health", {"count": 2, "urls": ["http://127.0.0.1:1"]}, tmp_path)
     assert both["failed"] and "mutually exclusive" in both["msg"]
     bad = run_module("sglang_health", {"urls": ["localhost:30000"]}, tmp_path)
@@ -215,3 +227,53 @@ def test_module_documentation_renders() -> None:
     )
     assert {"instances", "all_healthy", "summary"} <= set(doc["return"])
     assert_examples_use_documented_options("sglang_health", doc)
+
+
+# --- against the SGLang stand-in ----------------------------------------------------------------
+
+
+def test_standin_starting_then_healthy_with_wait() -> None:
+    with standin_process(wait_healthy=False, standin_warmup_seconds=1.5) as server:
+        eps = health.endpoints_from_urls([server.base_url])
+        starting = health.check_fleet(eps).instances[0]
+        assert (starting.healthy, starting.status_code, starting.reason) == (False, 503, "starting")
+        fleet = health.check_fleet(eps, wait=30, interval=0.3)
+    assert fleet.all_healthy and fleet.attempts > 1 and 0.5 < fleet.waited_s < 15
+
+
+def test_standin_api_key_goes_to_model_and_load_endpoints() -> None:
+    flags = {"api_key": "k-123", "model_path": "/models/Qwen3-32B", "served_model_name": "qwen3-32b"}
+    with running_standin(**flags) as url:
+        eps = health.endpoints_from_urls([url])
+        without = health.check_fleet(eps).instances[0]
+        with_key = health.check_fleet(eps, api_key="k-123", expected_model="qwen3-32b").instances[0]
+        wrong_model = health.check_fleet(eps, api_key="k-123", expected_model="llama").instances[0]
+    assert without.healthy and without.model is None and "401" in without.detail
+    assert with_key.healthy and (with_key.model, with_key.model_path) == ("qwen3-32b", "/models/Qwen3-32B")
+    assert (with_key.running_requests, with_key.waiting_requests) == (0, 0)
+    assert (wrong_model.healthy, wrong_model.reason) == (False, "unexpected model")
+    assert "serves /models/Qwen3-32B / qwen3-32b, expected llama" in wrong_model.detail
+
+
+def test_standin_running_and_waiting_requests() -> None:
+    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}).encode()
+    with standin_process(max_running_requests=1, standin_ttft=3) as server:
+        request = urllib.request.Request(
+            f"{server.base_url}/generate", data=body, headers={"Content-Type": "application/json"}
+        )
+        senders = [threading.Thread(target=_post_quietly, args=(request,), daemon=True) for _ in range(3)]
+        for sender in senders:
+            sender.start()
+        deadline = time.monotonic() + 5
+        while True:
+            row = health.check_fleet(health.endpoints_from_urls([server.base_url])).instances[0]
+            if (row.running_requests, row.waiting_requests) == (1, 2) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        server.process.kill()  # no drain of the queued requests: the test is over
+    assert row.healthy and (row.running_requests, row.waiting_requests) == (1, 2)
+
+
+def _post_quietly(request: urllib.request.Request) -> None:
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(request, timeout=30).read()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from sglfleet import __version__
 
 # Order is the order `sglfleet --help` lists them in.
-SUBCOMMANDS: tuple[str, ...] = ()
+SUBCOMMANDS: tuple[str, ...] = ("health", "status")
 
 
 def build_parser() -> argparse.ArgumentParser:

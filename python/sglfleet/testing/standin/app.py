@@ -83,8 +83,8 @@ class StandinApp:
             get("/get_server_info", self.server_info),
             get("/v1/models", self.models),
             get("/v1/loads", self.loads),
-            post("/generate", self._generation(self.generate)),
-            web.put("/generate", self._generation(self.generate)),
+            post("/generate", self._generation(self.generate, openai=False)),
+            web.put("/generate", self._generation(self.generate, openai=False)),
             post("/v1/chat/completions", self._generation(self.chat_completions)),
             post("/v1/completions", self._generation(self.completions)),
             get("/flush_cache", self.flush_cache),
@@ -115,9 +115,8 @@ class StandinApp:
             return await handler(request)
         return _json({"error": "Unauthorized"}, 401)
 
-    def _generation(self, handler: _Handler) -> _Handler:
+    def _generation(self, handler: _Handler, *, openai: bool = True) -> _Handler:
         """Wrap a generation endpoint with the injected faults and the crash counter."""
-        openai = handler is not self.generate
 
         async def wrapped(request: web.Request) -> web.StreamResponse:
             fault = self.faults.draw()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sglfleet.testing.standin.config import StandinConfig
 
@@ -33,10 +34,12 @@ ATTENTION_BACKENDS = (
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
-def _number(kind: Callable[[str], float], low: float | None, high: float | None, *, open_low: bool = False):
+def _number(
+    kind: Callable[[str], Any], low: float | None, high: float | None, *, open_low: bool = False
+) -> Callable[[str], Any]:
     """An argparse `type` that parses with `kind` and checks low <= x <= high (low < x if open_low)."""
 
-    def parse(text: str):
+    def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:

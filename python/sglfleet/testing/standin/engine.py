@@ -135,6 +135,8 @@ class Engine:
         start = time.perf_counter()
         scheduler = self.scheduler
         await scheduler.acquire()
+        # Time to first token: the wait for a slot, then the prefill (the first token comes with it).
+        ttft = time.perf_counter() - start + self._ttft
         try:
             completion, cached = self._complete(job)
             in_use = job.prompt_tokens + completion.completion_tokens
@@ -147,7 +149,6 @@ class Engine:
                 self.stats.used_tokens -= in_use
         finally:
             scheduler.release()
-        ttft = time.perf_counter() - start if not self._tps else self._ttft
         return self._finish(job, completion, cached, start, ttft)
 
     async def stream(self, job: Job) -> AsyncIterator[Chunk]:

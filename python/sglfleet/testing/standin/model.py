@@ -18,7 +18,7 @@ from typing import Any
 
 from sglfleet.testing.standin.tokenizer import EOS_TOKEN_ID, VOCAB, token_ids
 
-_VOCAB_INDICES = range(len(VOCAB))
+assert len(VOCAB) == 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,8 @@ class DeterministicModel:
         rng = self._rng(prompt, request_seed)
         natural = rng.randint(*self.natural_tokens)
         count = max_new_tokens if ignore_eos else min(natural, max_new_tokens)
-        words = [VOCAB[i] for i in rng.choices(_VOCAB_INDICES, k=count)]
+        # One byte per word (VOCAB has exactly 256); whole 32-bit draws keep shorter budgets prefixes.
+        words = [VOCAB[i] for i in rng.randbytes(-(-count // 4) * 4)[:count]]
         ids = token_ids(words)
         if stop_token_ids:
             stops = set(stop_token_ids)

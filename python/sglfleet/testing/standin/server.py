@@ -13,7 +13,8 @@ log = logging.getLogger("sglfleet.testing.standin")
 
 
 def serve(config: StandinConfig) -> int:
-    """Serve until a signal; in-flight requests get up to --watchdog-timeout seconds to finish."""
+    """Serve until SIGTERM/SIGINT (exit code 0), in-flight requests getting up to --watchdog-timeout
+    seconds to finish; 1 when the address cannot be bound."""
     logging.basicConfig(
         level=config.log_level.upper(),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
@@ -25,6 +26,16 @@ def serve(config: StandinConfig) -> int:
         config.port,
         config.max_running_requests,
     )
+    try:
+        _run(config)
+    except OSError as error:
+        log.error("cannot serve on %s:%d: %s", config.host, config.port, error)
+        return 1
+    log.info("SGLang stand-in stopped")
+    return 0
+
+
+def _run(config: StandinConfig) -> None:
     web.run_app(
         build_app(config),
         host=config.host,
@@ -33,6 +44,5 @@ def serve(config: StandinConfig) -> int:
         access_log=logging.getLogger("aiohttp.access") if config.log_level == "debug" else None,
         print=None,
         handle_signals=True,
+        handler_cancellation=True,  # a client that hangs up aborts its request, as in SGLang
     )
-    log.info("SGLang stand-in stopped")
-    return 0

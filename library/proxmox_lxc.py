@@ -1,0 +1,293 @@
+#!/usr/bin/python
+"""Ansible module proxmox_lxc: a thin adapter over sglfleet.pve (the logic and its tests live there)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: proxmox_lxc
+short_description: Declare a Proxmox VE LXC container, GPU passthrough included, and make PVE match it exactly
+description:
+  - Creates the container if it is absent (waiting for the create task; a failed task fails the module
+    with the last lines of its log), otherwise compares the full declared config with PVE's after
+    normalising both (property strings parsed into key/value sets, booleans, sizes such as C(8G)/C(8192))
+    and PUTs only what differs, with the C(digest) it read. A stale digest is re-read and retried once.
+  - Options removed from C(features) or from a C(netN), and C(devN) or C(netN) entries no longer declared,
+    are changes too. Keys left unset (null) are not managed.
+  - Check mode computes the same answer without a single write; diff mode shows before/after of the
+    managed keys. C(restart_required) says when a running container only takes the change at its next start.
+  - C(devN) passthrough can only be set by C(root@pam) logged in with its password (PVE refuses API tokens,
+    even root's), so asking for O(devices) with a token fails before any request.
+  - PVE's errors reach the user with PVE's own message and the parameter it names.
+  - Runs where C(sglfleet) is installed, the controller (C(delegate_to=localhost)).
+version_added: "0.1.0"
+author: sglfleet
+options:
+  api_host:
+    description: PVE host name or address.
+    type: str
+    required: true
+  api_port:
+    description: PVE API port.
+    type: int
+    default: 8006
+  api_user:
+    description: PVE user, e.g. C(root@pam). With O(api_token_id), the token's owner.
+    type: str
+    required: true
+  api_token_id:
+    description: API token id (the part after C(!)); mutually exclusive with O(api_password).
+    type: str
+  api_token_secret:
+    description: API token secret (a UUID).
+    type: str
+  api_password:
+    description: Password of O(api_user); needed for O(devices).
+    type: str
+  validate_certs:
+    description: Verify the PVE TLS certificate.
+    type: bool
+    default: true
+  ca_cert:
+    description: CA certificate file to verify PVE with (e.g. a copy of C(/etc/pve/pve-root-ca.pem)).
+    type: path
+  node:
+    description: PVE node the container lives on.
+    type: str
+    required: true
+  vmid:
+    description: Container id.
+    type: int
+    required: true
+  hostname:
+    description: Container host name.
+    type: str
+  ostemplate:
+    description:
+      - Template volume to create from, e.g. C(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst).
+      - Needed only to create; it must be on its storage, else the module fails listing the templates there.
+    type: str
+  storage:
+    description: Storage for the root disk when O(rootfs) gives only a size.
+    type: str
+  cores:
+    description: CPU cores.
+    type: int
+  memory:
+    description: Memory, in MiB as a number or with a unit (C(8G), C(512M)).
+    type: raw
+  swap:
+    description: Swap, in MiB as a number or with a unit.
+    type: raw
+  rootfs:
+    description:
+      - Root disk as C(STORAGE:GiB[,option=value...]) or a size (C(32), C(32G)) on O(storage).
+      - On an existing container a larger size grows the disk; a smaller one or another storage is an error.
+    type: str
+  netif:
+    description:
+      - Network interfaces, C({net0 => "name=eth0,bridge=vmbr0,ip=dhcp"}). Every netN is managed when given.
+      - A generated C(hwaddr) is kept when the interface changes, unless one is declared.
+    type: dict
+  features:
+    description:
+      - Feature flags, e.g. C([nesting=1, keyctl=1]).
+      - The whole set is managed when given (C([]) removes all).
+    type: list
+    elements: str
+  unprivileged:
+    description: Unprivileged container. PVE cannot change it later; a mismatch is an error.
+    type: bool
+  onboot:
+    description: Start at PVE boot.
+    type: bool
+  ssh_public_keys:
+    description: Public keys for root's authorized_keys, used only when the container is created.
+    type: str
+  devices:
+    description:
+      - Device passthrough, in order C(dev0..devN).
+      - Each a C(/dev/...) path or a dict C({path, gid, uid, mode}).
+      - Every devN is managed when given. Needs O(api_user=root@pam) with O(api_password).
+    type: list
+    elements: raw
+  state:
+    description:
+      - C(present) exists with the config; C(started) also running; C(stopped) also stopped.
+      - C(absent) stops and destroys it.
+    type: str
+    choices: [present, started, stopped, absent]
+    default: started
+  timeout:
+    description: Seconds to wait for each PVE task (create, start, shutdown, destroy).
+    type: int
+    default: 300
+requirements:
+  - sglfleet (with proxmoxer) on the host the module runs on
+notes:
+  - Supports check mode and diff mode.
+"""
+
+EXAMPLES = r"""
+- name: CT 200 with 8 GPUs, started
+  proxmox_lxc:
+    api_host: kpro6.example.net
+    api_user: root@pam
+    api_password: "{{ vault_pve_root_password }}"
+    ca_cert: files/pve-root-ca.pem
+    node: kpro6
+    vmid: 200
+    hostname: sgl
+    ostemplate: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst
+    rootfs: local-lvm:200
+    cores: 64
+    memory: 512G
+    swap: 0
+    netif:
+      net0: name=eth0,bridge=vmbr0,ip=dhcp
+    features: [nesting=1, keyctl=1]
+    unprivileged: true
+    onboot: true
+    devices: [/dev/nvidia0, /dev/nvidiactl, {path: /dev/nvidia-uvm, mode: "0666"}]
+    state: started
+  delegate_to: localhost
+  no_log: true
+"""
+
+RETURN = r"""
+vmid:
+  description: The container id.
+  returned: always
+  type: int
+  sample: 200
+config:
+  description:
+    - The container config as PVE holds it after the run (pending changes included).
+    - C({}) when absent.
+  returned: always
+  type: dict
+  sample: {cores: 64, memory: 524288, features: "keyctl=1,nesting=1"}
+restart_required:
+  description: True when the container runs and PVE holds changes it only applies at the next start.
+  returned: always
+  type: bool
+actions:
+  description: What was (or in check mode would be) done, in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [update cores,features, start]
+status:
+  description: Container status after the run (running, stopped, absent).
+  returned: always
+  type: str
+diff:
+  description: Before/after of the managed keys.
+  returned: in diff mode
+  type: dict
+pve_errors:
+  description: On failure, PVE's per-parameter messages ({parameter => message}).
+  returned: when PVE refused a request naming parameters
+  type: dict
+task_log:
+  description: On a failed or timed-out task, its last log lines.
+  returned: when a task failed
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from sglfleet.pve.client import Credentials, PveApiError, TaskFailed, TaskTimeout
+    from sglfleet.pve.config import ContainerSpec, SpecError
+    from sglfleet.pve.lxc import STATES, run
+
+    IMPORT_ERROR = None
+except ImportError as exc:  # pragma: no cover - depends on the interpreter
+    IMPORT_ERROR = exc
+    STATES = ("present", "started", "stopped", "absent")
+
+SPEC_KEYS = (
+    "hostname",
+    "ostemplate",
+    "storage",
+    "cores",
+    "memory",
+    "swap",
+    "rootfs",
+    "netif",
+    "features",
+    "unprivileged",
+    "onboot",
+    "ssh_public_keys",
+    "devices",
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "api_host": {"type": "str", "required": True},
+            "api_port": {"type": "int", "default": 8006},
+            "api_user": {"type": "str", "required": True},
+            "api_token_id": {"type": "str"},
+            "api_token_secret": {"type": "str", "no_log": True},
+            "api_password": {"type": "str", "no_log": True},
+            "validate_certs": {"type": "bool", "default": True},
+            "ca_cert": {"type": "path"},
+            "node": {"type": "str", "required": True},
+            "vmid": {"type": "int", "required": True},
+            "hostname": {"type": "str"},
+            "ostemplate": {"type": "str"},
+            "storage": {"type": "str"},
+            "cores": {"type": "int"},
+            "memory": {"type": "raw"},
+            "swap": {"type": "raw"},
+            "rootfs": {"type": "str"},
+            "netif": {"type": "dict"},
+            "features": {"type": "list", "elements": "str"},
+            "unprivileged": {"type": "bool"},
+            "onboot": {"type": "bool"},
+            "ssh_public_keys": {"type": "str"},
+            "devices": {"type": "list", "elements": "raw"},
+            "state": {"type": "str", "default": "started", "choices": list(STATES)},
+            "timeout": {"type": "int", "default": 300},
+        },
+        required_one_of=[("api_password", "api_token_id")],
+        mutually_exclusive=[("api_password", "api_token_id")],
+        required_together=[("api_token_id", "api_token_secret")],
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR is not None:
+        module.fail_json(msg=f"proxmox_lxc needs the sglfleet package on this host ({IMPORT_ERROR})")
+    p = module.params
+    creds = Credentials(
+        host=p["api_host"],
+        port=p["api_port"],
+        user=p["api_user"],
+        token_id=p["api_token_id"],
+        token_secret=p["api_token_secret"],
+        password=p["api_password"],
+        validate_certs=p["validate_certs"],
+        ca_cert=p["ca_cert"],
+    )
+    try:
+        spec = ContainerSpec.from_args(vmid=p["vmid"], **{k: p[k] for k in SPEC_KEYS})
+        result = run(
+            creds, p["node"], spec, state=p["state"], check_mode=module.check_mode, timeout=p["timeout"]
+        )
+    except SpecError as e:
+        module.fail_json(msg=str(e), vmid=p["vmid"], argument=e.field)
+    except PveApiError as e:
+        module.fail_json(msg=str(e), vmid=p["vmid"], pve_errors=e.errors, pve_status=e.status)
+    except (TaskFailed, TaskTimeout) as e:
+        module.fail_json(msg=str(e), vmid=p["vmid"], task_log=e.log, upid=e.upid)
+    out = result.as_dict()
+    if module._diff:
+        out["diff"] = result.diff()
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""Proxmox VE: declare an LXC container and make PVE match it, exactly and idempotently.
+
+- `config`: the desired container (`ContainerSpec`), PVE property strings parsed and normalised,
+  and the difference between what is asked for and what PVE holds (`plan_update`).
+- `client`: a small PVE client over proxmoxer: TLS, token or password login, PVE's own error
+  messages, task waiting that reports a failed task with its log.
+- `lxc`: `ensure(client, spec, state, check_mode)`: create / update / start / stop / destroy.
+"""
+
+from sglfleet.pve.client import PveApiError, PveClient, TaskFailed
+from sglfleet.pve.config import ContainerSpec, SpecError
+from sglfleet.pve.lxc import EnsureResult, ensure
+
+__all__ = [
+    "ContainerSpec",
+    "EnsureResult",
+    "PveApiError",
+    "PveClient",
+    "SpecError",
+    "TaskFailed",
+    "ensure",
+]

@@ -1,0 +1,510 @@
+"""The desired LXC container, PVE's property strings, and what differs between the two.
+
+PVE hands config values back in its own spelling: `features: keyctl=1,nesting=1` sorted,
+`net0` with a generated `hwaddr` and `type=veth` added, `rootfs` as an allocated volume with
+`size=8G`, booleans as 0/1, `memory` in MiB. Comparing strings would see changes that are not
+there (and miss ones that are), so both sides are parsed into key/value sets and normalised
+before they are compared. Every key the spec manages is compared in full: an option removed
+from `features` or from a `netN` is a change, not just an option added.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ContainerSpec",
+    "Plan",
+    "RootFs",
+    "SpecError",
+    "device_value",
+    "format_props",
+    "parse_mib",
+    "plan_update",
+    "split_props",
+]
+
+# MiB per unit, for memory and swap (PVE takes MiB).
+_MIB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+# Bytes per unit, for disk sizes.
+_BYTES = {"": 1024**3, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])?(?:i?B)?\s*$", re.IGNORECASE)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+# Boolean options inside property strings, written by PVE as 0/1.
+_FEATURE_BOOLS = {"nesting", "keyctl", "fuse", "mknod", "force_rw_sys"}
+_NET_BOOLS = {"firewall", "link_down", "host-managed"}
+_DEV_BOOLS = {"deny-write"}
+_NET_KEY = re.compile(r"^net\d+$")
+_DEV_KEY = re.compile(r"^dev\d+$")
+# What PVE assumes for a key missing from the config.
+_DEFAULTS = {"onboot": "0", "memory": "512", "swap": "512", "unprivileged": "0"}
+# Keys PVE applies to a running container at once (pve-container: the fastplug options, the
+# cgroup limits, network hotplug). Anything else waits in `pending` until the next start.
+_HOT_KEYS = {
+    "description",
+    "onboot",
+    "startup",
+    "protection",
+    "hostname",
+    "hookscript",
+    "cores",
+    "tags",
+    "cpulimit",
+    "cpuunits",
+    "memory",
+    "swap",
+}
+
+
+class SpecError(ValueError):
+    """A desired value that cannot be used; `field` names the argument."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+# ------------------------------------------------------------------ property strings
+
+
+def split_props(text: str) -> tuple[str | None, dict[str, str]]:
+    """('bare first value' or None, {key: value}) of a PVE property string such as `a,b=1,c=2`."""
+    first: str | None = None
+    props: dict[str, str] = {}
+    for n, raw in enumerate(str(text).split(",")):
+        part = raw.strip()
+        if not part:
+            continue
+        key, eq, value = part.partition("=")
+        if eq:
+            props[key.strip()] = value.strip()
+        elif n == 0:
+            first = part
+        else:
+            props[part] = ""
+    return first, props
+
+
+def format_props(props: Mapping[str, str], first: str | None = None, lead: Iterable[str] = ()) -> str:
+    """A property string: `first`, then the `lead` keys in that order, then the rest sorted."""
+    lead = [k for k in lead if k in props]
+    keys = lead + sorted(k for k in props if k not in lead)
+    parts = [first] if first else []
+    parts += [f"{k}={props[k]}" for k in keys]
+    return ",".join(parts)
+
+
+def _bool01(field_name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return "1"
+    if text in _FALSE:
+        return "0"
+    raise SpecError(field_name, f"{value!r} is not a boolean (use true/false or 1/0)")
+
+
+def _bools(props: dict[str, str], names: set[str], where: str) -> dict[str, str]:
+    out = dict(props)
+    for key in names & set(out):
+        out[key] = _bool01(f"{where}.{key}", out[key])
+    return out
+
+
+def parse_mib(field_name: str, value: Any) -> int:
+    """MiB in 8192, '8192', '8G', '512M' (a bare number is MiB, as PVE takes it)."""
+    if isinstance(value, bool):
+        raise SpecError(field_name, f"{value!r} is not a size")
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise SpecError(field_name, f"{value!r} is not a size (use MiB as a number, or 8G, 512M)")
+    mib = float(m.group(1)) * _MIB[(m.group(2) or "").upper()]
+    if mib != int(mib):
+        raise SpecError(field_name, f"{value!r} is not a whole number of MiB")
+    return int(mib)
+
+
+def _size_bytes(field_name: str, text: str) -> int:
+    """Bytes in a disk size: a bare number is GiB (PVE's new-volume syntax), else 512M, 8G, 1T."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise SpecError(field_name, f"{text!r} is not a disk size (use GiB as a number, or 8G, 512M)")
+    return int(float(m.group(1)) * _BYTES[(m.group(2) or "").upper()])
+
+
+def _gib_text(size: int) -> str:
+    gib = size / 1024**3
+    return str(int(gib)) if gib == int(gib) else f"{gib:g}"
+
+
+def _size_text(size: int) -> str:
+    """PVE's spelling of a size: the largest unit that divides it."""
+    for unit in "TGMK":
+        if size and size % _BYTES[unit] == 0:
+            return f"{size // _BYTES[unit]}{unit}"
+    return str(size)
+
+
+# ------------------------------------------------------------------ value kinds
+
+
+def _net(field_name: str, text: str) -> dict[str, str]:
+    first, props = split_props(text)
+    if first is not None:
+        raise SpecError(field_name, f"{first!r} has no key: write it as key=value (e.g. name=eth0)")
+    props = _bools(props, _NET_BOOLS, field_name)
+    if "hwaddr" in props:
+        props["hwaddr"] = props["hwaddr"].upper()
+    return props
+
+
+def _net_view(props: dict[str, str], keep_hwaddr: bool) -> dict[str, str]:
+    """What of a netN is compared: not `type=veth` (PVE adds it), not a generated hwaddr."""
+    view = {k: v for k, v in props.items() if not (k == "type" and v == "veth")}
+    if not keep_hwaddr:
+        view.pop("hwaddr", None)
+    return view
+
+
+def _device(field_name: str, item: Any) -> dict[str, str]:
+    """A devN value as {path, gid, uid, mode, deny-write}, from '/dev/x', 'path,mode=..' or a dict."""
+    if isinstance(item, Mapping):
+        props = {str(k).replace("_", "-"): str(v) for k, v in item.items() if v is not None}
+        path = props.pop("path", None)
+    else:
+        path, props = split_props(str(item))
+        path = props.pop("path", path)
+    if not path or not str(path).startswith("/dev/"):
+        raise SpecError(field_name, f"{item!r}: a device needs a path under /dev/ (e.g. /dev/nvidia0)")
+    unknown = set(props) - {"gid", "uid", "mode", "deny-write"}
+    if unknown:
+        raise SpecError(field_name, f"{item!r}: unknown device option(s) {sorted(unknown)}")
+    props = _bools(props, _DEV_BOOLS, field_name)
+    for key in ("gid", "uid"):
+        if key in props and not props[key].isdigit():
+            raise SpecError(field_name, f"{item!r}: {key} must be a number")
+    if "mode" in props:
+        try:
+            props["mode"] = f"{int(props['mode'], 8):04o}"
+        except ValueError:
+            raise SpecError(field_name, f"{item!r}: mode must be octal, e.g. 0666") from None
+    return dict(props, path=str(path))
+
+
+def device_value(dev: Mapping[str, str]) -> str:
+    """The devN property string of a parsed device."""
+    rest = {k: v for k, v in dev.items() if k != "path"}
+    return format_props(rest, first=dev["path"])
+
+
+def _features(field_name: str, items: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        first, props = split_props(str(item))
+        if first is not None:
+            raise SpecError(field_name, f"{item!r} needs a value, e.g. {first}=1")
+        out.update(props)
+    out = _bools(out, _FEATURE_BOOLS, field_name)
+    if "mount" in out:
+        out["mount"] = ";".join(sorted(t for t in out["mount"].split(";") if t))
+    return out
+
+
+def _features_current(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    try:
+        return _features("features", [text])
+    except SpecError:
+        return split_props(text)[1]
+
+
+@dataclass(frozen=True)
+class RootFs:
+    """The root disk: storage, size in bytes, and its other options (mountoptions, acl, ...)."""
+
+    storage: str
+    size: int
+    options: dict[str, str] = field(default_factory=dict)
+
+    def create_value(self) -> str:
+        """The value for POST /lxc: `storage:GiB` allocates a new volume."""
+        return format_props(self.options, first=f"{self.storage}:{_gib_text(self.size)}")
+
+
+def _rootfs(value: Any, storage: str | None) -> RootFs:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        text = str(value).strip()
+    first, props = split_props(text)
+    first = props.pop("volume", first)
+    if first is None:
+        raise SpecError("rootfs", f"{value!r}: give the size, e.g. 'local-lvm:32' or '32G'")
+    if ":" in first:
+        store, _, size = first.partition(":")
+    else:
+        store, size = storage or "", first
+    if not store:
+        raise SpecError("rootfs", f"{value!r} names no storage: write 'STORAGE:GiB' or set storage")
+    if "size" in props:
+        size = props.pop("size")
+    props.pop("mp", None)
+    return RootFs(storage=store, size=_size_bytes("rootfs", size), options=props)
+
+
+# ------------------------------------------------------------------ the spec
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """The container as it should be. None means 'not managed': left as PVE has it."""
+
+    vmid: int
+    hostname: str | None = None
+    ostemplate: str | None = None
+    storage: str | None = None
+    cores: int | None = None
+    memory: int | None = None
+    swap: int | None = None
+    rootfs: RootFs | None = None
+    netif: dict[str, dict[str, str]] | None = None
+    features: dict[str, str] | None = None
+    unprivileged: bool | None = None
+    onboot: bool | None = None
+    ssh_public_keys: str | None = None
+    devices: list[dict[str, str]] | None = None
+
+    @classmethod
+    def from_args(
+        cls,
+        *,
+        vmid: int,
+        hostname: str | None = None,
+        ostemplate: str | None = None,
+        storage: str | None = None,
+        cores: int | None = None,
+        memory: Any = None,
+        swap: Any = None,
+        rootfs: Any = None,
+        netif: Mapping[str, str] | None = None,
+        features: Iterable[str] | None = None,
+        unprivileged: Any = None,
+        onboot: Any = None,
+        ssh_public_keys: str | None = None,
+        devices: Iterable[Any] | None = None,
+    ) -> ContainerSpec:
+        """Parse module-style arguments; a SpecError names the first bad one."""
+        if not isinstance(vmid, int) or isinstance(vmid, bool) or not 100 <= vmid <= 999_999_999:
+            raise SpecError("vmid", f"{vmid!r} is not a PVE guest id (100..999999999)")
+        nets = None
+        if netif is not None:
+            nets = {}
+            for key, value in netif.items():
+                if not _NET_KEY.match(str(key)):
+                    raise SpecError("netif", f"key {key!r} is not netN (net0, net1, ...)")
+                nets[str(key)] = _net(f"netif.{key}", str(value))
+        devs = None
+        if devices is not None:
+            devs = [_device(f"devices[{n}]", item) for n, item in enumerate(devices)]
+            paths = [d["path"] for d in devs]
+            if len(set(paths)) != len(paths):
+                raise SpecError("devices", "a device path is listed twice")
+        if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
+            raise SpecError("cores", f"{cores!r} is not a positive number of cores")
+        return cls(
+            vmid=vmid,
+            hostname=hostname,
+            ostemplate=ostemplate,
+            storage=storage,
+            cores=cores,
+            memory=None if memory is None else parse_mib("memory", memory),
+            swap=None if swap is None else parse_mib("swap", swap),
+            rootfs=None if rootfs is None else _rootfs(rootfs, storage),
+            netif=nets,
+            features=None if features is None else _features("features", features),
+            unprivileged=None if unprivileged is None else _bool01("unprivileged", unprivileged) == "1",
+            onboot=None if onboot is None else _bool01("onboot", onboot) == "1",
+            ssh_public_keys=ssh_public_keys,
+            devices=devs,
+        )
+
+    def device_keys(self) -> dict[str, dict[str, str]]:
+        """dev0..devN of the devices, in the order given."""
+        return {f"dev{n}": dev for n, dev in enumerate(self.devices or [])}
+
+    def scalars(self) -> dict[str, str]:
+        """The plain values managed, as PVE writes them."""
+        out = {}
+        for key in ("hostname", "cores", "memory", "swap"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = str(value)
+        if self.onboot is not None:
+            out["onboot"] = "1" if self.onboot else "0"
+        return out
+
+    def create_params(self) -> dict[str, Any]:
+        """The body of POST /nodes/{node}/lxc."""
+        if not self.ostemplate:
+            raise SpecError("ostemplate", f"CT {self.vmid} does not exist and no ostemplate is given")
+        params: dict[str, Any] = {"vmid": self.vmid, "ostemplate": self.ostemplate}
+        params.update(self.scalars())
+        if self.storage:
+            params["storage"] = self.storage
+        if self.rootfs is not None:
+            params["rootfs"] = self.rootfs.create_value()
+        for key, props in (self.netif or {}).items():
+            params[key] = format_props(props, lead=("name",))
+        if self.features:
+            params["features"] = format_props(self.features)
+        if self.unprivileged is not None:
+            params["unprivileged"] = 1 if self.unprivileged else 0
+        if self.ssh_public_keys:
+            params["ssh-public-keys"] = self.ssh_public_keys
+        for key, dev in self.device_keys().items():
+            params[key] = device_value(dev)
+        return params
+
+    def expected_config(self) -> dict[str, str]:
+        """The managed keys as a fresh container shows them (for check mode's 'after')."""
+        params = self.create_params()
+        skip = ("vmid", "ostemplate", "storage", "ssh-public-keys")
+        out = {k: str(v) for k, v in params.items() if k not in skip}
+        if self.rootfs is not None:
+            size = _size_text(self.rootfs.size)
+            out["rootfs"] = format_props(
+                dict(self.rootfs.options, size=size), first=f"{self.rootfs.storage}:(new)"
+            )
+        return out
+
+
+# ------------------------------------------------------------------ the difference
+
+
+@dataclass
+class Plan:
+    """What to do to an existing container: PUT `set` and `delete`, grow the root disk to `resize`."""
+
+    set: dict[str, str] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+    resize: str | None = None
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.set or self.delete or self.resize)
+
+    def keys(self) -> list[str]:
+        """Every key that changes."""
+        return sorted(set(self.set) | set(self.delete) | ({"rootfs"} if self.resize else set()))
+
+    def needs_restart(self) -> bool:
+        """True if a running container only takes part of this at its next start."""
+        return any(k not in _HOT_KEYS and not _NET_KEY.match(k) for k in set(self.set) | set(self.delete))
+
+
+def _compare(plan: Plan, key: str, current: str | None, want: str | None, same: bool) -> None:
+    """Record key in before/after; schedule a set (want) or a delete (want None) unless same."""
+    if current is not None:
+        plan.before[key] = current
+    if same:
+        if current is not None:
+            plan.after[key] = current
+        return
+    if want is None:
+        plan.delete.append(key)
+    else:
+        plan.set[key] = want
+        plan.after[key] = want
+
+
+def plan_update(spec: ContainerSpec, current: Mapping[str, Any]) -> Plan:
+    """The changes that make `current` (GET .../config, pending included) match `spec`."""
+    cur = {k: str(v) for k, v in current.items() if k != "digest"}
+    plan = Plan()
+
+    if spec.unprivileged is not None:
+        have = cur.get("unprivileged", _DEFAULTS["unprivileged"]) == "1"
+        if have != spec.unprivileged:
+            kind = "unprivileged" if have else "privileged"
+            raise SpecError(
+                "unprivileged",
+                f"CT {spec.vmid} is {kind} and PVE cannot change that on an existing container; "
+                f"set unprivileged: {str(have).lower()} or destroy and recreate the container",
+            )
+
+    for key, want in spec.scalars().items():
+        have = cur.get(key)
+        _compare(plan, key, have, want, (have if have is not None else _DEFAULTS.get(key)) == want)
+
+    if spec.features is not None:
+        have_f = _features_current(cur.get("features"))
+        want_text = format_props(spec.features) if spec.features else None
+        _compare(plan, "features", cur.get("features"), want_text, have_f == spec.features)
+
+    if spec.netif is not None:
+        for key in sorted(set(spec.netif) | {k for k in cur if _NET_KEY.match(k)}):
+            want_props = spec.netif.get(key)
+            have_text = cur.get(key)
+            if want_props is None:
+                _compare(plan, key, have_text, None, have_text is None)
+                continue
+            have_props = _net(key, have_text) if have_text else None
+            keep_mac = "hwaddr" in want_props
+            want_view = _net_view(want_props, keep_mac)
+            same = have_props is not None and _net_view(have_props, keep_mac) == want_view
+            put = dict(want_props)
+            if have_props and not keep_mac and "hwaddr" in have_props:
+                put["hwaddr"] = have_props["hwaddr"]  # keep the MAC: PVE would make up a new one
+            _compare(plan, key, have_text, format_props(put, lead=("name",)), same)
+
+    if spec.devices is not None:
+        want_devs = spec.device_keys()
+        for key in sorted(set(want_devs) | {k for k in cur if _DEV_KEY.match(k)}, key=lambda k: int(k[3:])):
+            have_text = cur.get(key)
+            want_dev = want_devs.get(key)
+            have_dev = _device(key, have_text) if have_text else None
+            _compare(plan, key, have_text, device_value(want_dev) if want_dev else None, have_dev == want_dev)
+
+    if spec.rootfs is not None and "rootfs" in cur:
+        _plan_rootfs(plan, spec, cur["rootfs"])
+    return plan
+
+
+def _plan_rootfs(plan: Plan, spec: ContainerSpec, have_text: str) -> None:
+    want = spec.rootfs
+    assert want is not None
+    volume, props = split_props(have_text)
+    volume = props.pop("volume", volume) or ""
+    have_size = _size_bytes("rootfs", props.pop("size")) if props.get("size") else 0
+    store = volume.split(":", 1)[0]
+    if store != want.storage:
+        raise SpecError(
+            "rootfs",
+            f"CT {spec.vmid}'s root disk is {volume} on storage {store!r}, not {want.storage!r}; "
+            "moving it is not done here (use `pct move-volume`), or set rootfs to its storage",
+        )
+    if want.size < have_size:
+        raise SpecError(
+            "rootfs",
+            f"CT {spec.vmid}'s root disk is {_size_text(have_size)}; "
+            f"PVE cannot shrink it to {_size_text(want.size)}",
+        )
+    plan.before["rootfs"] = have_text
+    size = have_size
+    if want.size > have_size:
+        plan.resize = _size_text(want.size)
+        size = want.size
+    after = format_props(dict(want.options, size=_size_text(size)), first=volume)
+    plan.after["rootfs"] = after
+    if want.options != props:
+        plan.set["rootfs"] = format_props(dict(want.options, size=_size_text(have_size)), first=volume)

@@ -1,0 +1,121 @@
+"""playbooks/provision.yml against the lab: a real LXC container made through the (fake) PVE API.
+
+Needs the lab (make lab-up) and its lock:
+    flock /tmp/sglfleet-lab.lock .venv/bin/pytest tests/integration/test_provision.py
+The test brings its own state: it destroys CT 200 first, so the first run really creates it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglfleet.pve.client import Credentials, PveClient
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventory" / "lab"
+PLAYBOOK = ROOT / "playbooks" / "provision.yml"
+LAB = yaml.safe_load((INVENTORY / "group_vars" / "all" / "lab.yml").read_text())
+HOST = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["fleet"]["hosts"]["ct200"]
+
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not Path(LAB["pve_ca_cert"]).is_file(), reason="the lab is not up (make lab-up)"),
+]
+
+
+def playbook(*args: str) -> tuple[int, str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(PLAYBOOK), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def recap(output: str) -> dict[str, int]:
+    m = re.search(r"ct200\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output)
+    assert m, output
+    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()), strict=True))
+
+
+def pve() -> PveClient:
+    creds = Credentials(
+        host=LAB["pve_api_host"],
+        port=int(LAB["pve_api_port"]),
+        user=LAB["pve_api_user"],
+        token_id=LAB["pve_api_token_id"],
+        token_secret=LAB["pve_api_token_secret"],
+        ca_cert=LAB["pve_ca_cert"],
+    )
+    return PveClient.connect(creds, LAB["pve_node"])
+
+
+def ssh(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            HOST["ansible_ssh_private_key_file"],
+            "-p",
+            str(HOST["ansible_port"]),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "ConnectTimeout=10",
+            f"{HOST['ansible_user']}@{HOST['ansible_host']}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_provision_creates_a_container_idempotently_and_check_diff_changes_nothing():
+    vmid = int(LAB["pve_vmid"])
+    rc, out = playbook("-e", "proxmox_lxc_state=absent")
+    assert rc == 0, out
+    assert not pve().exists(vmid)
+
+    rc, out = playbook("--diff")
+    assert rc == 0, out
+    assert recap(out)["changed"] >= 1
+    client = pve()
+    assert client.exists(vmid) and client.status(vmid) == "running"
+    config = client.config(vmid)
+    assert config["cores"] == 2 and config["memory"] == 4096 and config["features"] == "nesting=1"
+    answer = ssh("hostname && python3 -c 'print(42)'")
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == ["ct200", "42"]
+
+    rc, out = playbook()
+    assert rc == 0, out
+    second = recap(out)
+    assert second["changed"] == 0 and second["failed"] == 0 and second["unreachable"] == 0, out
+
+    digest = client.config(vmid)["digest"]
+    rc, out = playbook("--check", "--diff", "-e", "proxmox_lxc_cores=1", "-e", '{"proxmox_lxc_features": []}')
+    assert rc == 0, out
+    assert recap(out)["changed"] >= 1
+    assert "-cores: 2" in out and "+cores: 1" in out
+    assert "-features: nesting=1" in out
+    after = client.config(vmid)
+    assert after["digest"] == digest and after["cores"] == 2 and after["features"] == "nesting=1"

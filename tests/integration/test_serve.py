@@ -1,0 +1,288 @@
+"""playbooks/serve.yml against CT 200: eight stand-in SGLang instances under systemd.
+
+The tests run in file order on one fleet (module fixture): bring-up, idempotence, a rolling
+restart, systemd restarting a killed instance, bad variables, then 8 -> 6 instances. CT 200 shares
+the host's network namespace, so the instances' ports are reachable from here on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
+
+pytestmark = pytest.mark.timeout(600)
+
+INSTANCES = 8
+PORT_BASE = 30000
+API_KEY = "lab-only-key-0f3c9a"  # a test secret: must never show in the output or the unit file
+MODEL = "standin-7b"
+RESET = (
+    "systemctl stop 'sglang@*.service'; "
+    "for i in $(seq 0 15); do systemctl disable sglang@$i.service 2>/dev/null; done; "
+    "rm -rf /etc/sglang /etc/systemd/system/sglang@.service; systemctl daemon-reload; "
+    "systemctl reset-failed 'sglang@*.service'; true"
+)
+
+
+@dataclass
+class Fleet:
+    ct: Container
+    ansible: Ansible
+    tmp: Path
+    vars: dict = field(default_factory=dict)
+    first: PlaybookRun | None = None
+
+    def serve(self, **overrides: object) -> PlaybookRun:
+        extra = self.tmp / f"vars-{time.monotonic_ns()}.json"
+        extra.write_text(json.dumps({**self.vars, **overrides}))
+        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
+
+    def props(self, i: int, *names: str) -> dict[str, str]:
+        return self.ct.unit_props(f"sglang@{i}.service", names)
+
+    def main_pids(self) -> list[int]:
+        return [int(self.props(i, "MainPID")["MainPID"]) for i in range(INSTANCES)]
+
+    def snapshot(self) -> str:
+        """What a run that changes nothing leaves as it was: files, their times, the processes."""
+        return self.ct.out(
+            "stat -c '%n %Y %a' /etc/systemd/system/sglang@.service /etc/sglang/*; "
+            "sha256sum /etc/sglang/*; "
+            "for i in $(seq 0 15); do systemctl show -p MainPID -p ActiveState sglang@$i.service; done"
+        )
+
+
+def health(port: int, timeout: float = 2.0) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health_generate", timeout=timeout).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def wait_healthy(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while health(port) != 200:
+        assert time.monotonic() < deadline, f"port {port} never answered /health_generate 200"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    prepared_ct.run(RESET)
+    fleet = Fleet(
+        prepared_ct,
+        ansible,
+        tmp_path_factory.mktemp("serve"),
+        vars={"ansible_python_interpreter": MODULE_PYTHON, "sglang_fleet_api_key": API_KEY},
+    )
+    fleet.first = fleet.serve()
+    yield fleet
+    prepared_ct.run(RESET)
+
+
+def test_serve_brings_up_eight_healthy_instances(fleet: Fleet) -> None:
+    run = fleet.first
+    assert run is not None
+    assert run.rc == 0, run.explain()
+    assert API_KEY not in run.output, "the API key leaked into the output"
+    for i in range(INSTANCES):
+        port = PORT_BASE + i
+        assert fleet.props(i, "ActiveState", "UnitFileState") == {
+            "ActiveState": "active",
+            "UnitFileState": "enabled",
+        }
+        assert health(port) == 200
+        models = httpx.get(
+            f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
+        )
+        assert [m["id"] for m in models.json()["data"]] == [MODEL]
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+
+    # Instance 3: its own GPU, port and metrics directory, from a 0600 environment file.
+    env = fleet.ct.out("cat /etc/sglang/instance-3.env")
+    assert "CUDA_VISIBLE_DEVICES=3\n" in env
+    assert "PROMETHEUS_MULTIPROC_DIR=/run/sglang/instance-3\n" in env
+    assert "--port 30003" in env
+    assert fleet.ct.out("stat -c %a /etc/sglang/instance-3.env") == "600"
+    pid = fleet.props(3, "MainPID")["MainPID"]
+    environ = fleet.ct.out(f"tr '\\0' '\\n' < /proc/{pid}/environ")
+    assert "CUDA_VISIBLE_DEVICES=3" in environ.splitlines()
+    assert fleet.ct.run("test -d /run/sglang/instance-3", check=False).returncode == 0
+    unit = fleet.ct.out("cat /etc/systemd/system/sglang@.service")
+    assert API_KEY not in unit
+    for line in ("Restart=on-failure", "KillSignal=SIGTERM", "TimeoutStopSec=30"):
+        assert line in unit.splitlines()
+    assert fleet.ct.out("journalctl --unit=sglang@3.service --output=cat | wc -l") != "0"
+
+    ledger = json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]
+    assert ledger["status"] == "done"
+    assert ledger["evidence"]["instances"] == INSTANCES
+    assert ledger["evidence"]["ports"] == [PORT_BASE + i for i in range(INSTANCES)]
+
+
+def test_second_run_changes_nothing(fleet: Fleet) -> None:
+    before = fleet.snapshot()
+    run = fleet.serve()
+    assert run.rc == 0, run.explain()
+    assert run.recap["changed"] == 0, run.explain()
+    assert fleet.snapshot() == before
+
+
+class HealthWatch:
+    """Polls every instance's /health_generate from here and keeps (monotonic time, healthy) samples."""
+
+    def __init__(self) -> None:
+        self.samples: dict[int, list[tuple[float, bool]]] = {i: [] for i in range(INSTANCES)}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=1.0) as client:
+            while not self._stop.is_set():
+                for i in range(INSTANCES):
+                    try:
+                        ok = (
+                            client.get(f"http://127.0.0.1:{PORT_BASE + i}/health_generate").status_code == 200
+                        )
+                    except httpx.HTTPError:
+                        ok = False
+                    self.samples[i].append((time.monotonic(), ok))
+                time.sleep(0.02)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def healthy_after(self, i: int, t: float) -> float:
+        """When instance i was first seen healthy after time t."""
+        return next(ts for ts, ok in self.samples[i] if ts > t and ok)
+
+    def down_between(self, i: int, start: float, end: float) -> bool:
+        return any(not ok for ts, ok in self.samples[i] if start <= ts <= end)
+
+
+def test_changing_one_flag_rolls_the_restart_with_a_health_gate(fleet: Fleet) -> None:
+    warmup = 2.0
+    pids_before = fleet.main_pids()
+    fleet.vars["sglang_fleet_extra_args"] = ["--standin-warmup-seconds", str(warmup)]
+    with HealthWatch() as watch:
+        run = fleet.serve()
+    assert run.rc == 0, run.explain()
+    pids_after = fleet.main_pids()
+    assert all(a != b for a, b in zip(pids_before, pids_after, strict=True)), "not every instance restarted"
+
+    # ExecMainStartTimestampMonotonic is CLOCK_MONOTONIC in microseconds, the clock time.monotonic()
+    # reads here (the container shares the host's kernel).
+    starts = [
+        int(fleet.props(i, "ExecMainStartTimestampMonotonic")["ExecMainStartTimestampMonotonic"]) / 1e6
+        for i in range(INSTANCES)
+    ]
+    assert starts == sorted(starts), f"instances restarted out of order: {starts}"
+    for i in range(INSTANCES - 1):
+        healthy = watch.healthy_after(i, starts[i])
+        # The gate: instance i+1 restarts only once instance i answers 200 again...
+        assert starts[i] < healthy < starts[i + 1], (i, starts[i], healthy, starts[i + 1])
+        # ...which the new warm-up delays by `warmup` seconds after its start.
+        assert starts[i + 1] - starts[i] >= warmup
+        # One at a time: while i was down, every other instance kept answering.
+        for j in range(INSTANCES):
+            if j != i:
+                assert not watch.down_between(j, starts[i] + 0.05, healthy - 0.05), (i, j)
+    assert watch.healthy_after(INSTANCES - 1, starts[-1])
+
+
+def test_killed_instance_is_restarted_by_systemd(fleet: Fleet) -> None:
+    before = fleet.props(3, "MainPID", "NRestarts")
+    fleet.ct.run(f"kill -9 {before['MainPID']}")
+    deadline = time.monotonic() + 30
+    while True:
+        now = fleet.props(3, "MainPID", "NRestarts", "ActiveState")
+        if now["ActiveState"] == "active" and now["MainPID"] not in ("0", before["MainPID"]):
+            break
+        assert time.monotonic() < deadline, f"systemd did not restart sglang@3: {now}"
+        time.sleep(0.2)
+    assert int(now["NRestarts"]) == int(before["NRestarts"]) + 1
+    wait_healthy(PORT_BASE + 3)
+
+
+@pytest.fixture
+def port_taken() -> Iterator[int]:
+    """Something else listening on the port a ninth instance would take (here, on the shared network)."""
+    port = PORT_BASE + INSTANCES
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        yield port
+
+
+BAD_VARIABLES = {
+    "more instances than GPUs": (
+        {"sglang_fleet_check_gpus": True},
+        "sglang_fleet_instances is 8 but ct200 has 0 GPU(s)",
+    ),
+    "missing model path": (
+        {"sglang_fleet_model_path": "/srv/models/missing"},
+        "sglang_fleet_model_path /srv/models/missing does not exist on ct200",
+    ),
+    "two instances on one GPU": (
+        {"sglang_fleet_gpu_ids": [0, 1, 2, 3, 4, 5, 6, 6]},
+        "two instances on one GPU: instances 6 and 7 on GPU 6",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VARIABLES, ids=list(BAD_VARIABLES))
+def test_bad_variable_fails_before_any_change(fleet: Fleet, case: str) -> None:
+    overrides, message = BAD_VARIABLES[case]
+    before = fleet.snapshot()
+    run = fleet.serve(**overrides)
+    assert run.rc != 0, run.explain()
+    assert message in " ".join(run.output.split()), run.explain()
+    assert run.recap["changed"] == 0, run.explain()
+    assert fleet.snapshot() == before
+
+
+def test_port_taken_by_another_process_fails_before_any_change(fleet: Fleet, port_taken: int) -> None:
+    before = fleet.snapshot()
+    run = fleet.serve(sglang_fleet_instances=INSTANCES + 1)
+    assert run.rc != 0, run.explain()
+    output = " ".join(run.output.split())
+    assert "already taken by another process" in output, run.explain()
+    assert f"{port_taken}: a process outside this host's view" in output, run.explain()
+    assert run.recap["changed"] == 0, run.explain()
+    assert fleet.snapshot() == before
+
+
+def test_scaling_down_stops_and_disables_the_extra_instances(fleet: Fleet) -> None:
+    pids = fleet.main_pids()
+    run = fleet.serve(sglang_fleet_instances=6)
+    assert run.rc == 0, run.explain()
+    for i in (6, 7):
+        assert fleet.props(i, "ActiveState", "UnitFileState") == {
+            "ActiveState": "inactive",
+            "UnitFileState": "disabled",
+        }
+        assert fleet.ct.run(f"test -e /etc/sglang/instance-{i}.env", check=False).returncode != 0
+        assert health(PORT_BASE + i) is None
+    # The six that stay were not touched.
+    assert fleet.main_pids()[:6] == pids[:6]
+    for i in range(6):
+        assert health(PORT_BASE + i) == 200
+    ledger = json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]
+    assert ledger["evidence"]["instances"] == 6

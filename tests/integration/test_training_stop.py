@@ -1,0 +1,164 @@
+"""playbooks/stop_training.yml against CT 200, with the stand-in trainer as the training job.
+
+The lab's group_vars name the job both ways: the unit sglfleet-trainer.service and the pattern
+matching the trainer's command line (so the unit's own process matches too, and must be stopped
+once, with its unit).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
+
+from sglfleet.testing import trainer
+
+pytestmark = pytest.mark.timeout(300)
+
+SCRIPT = "/usr/local/lib/sglfleet-trainer.py"
+UNIT = "sglfleet-trainer.service"
+WORK = "/var/tmp/sglfleet-trainer"
+DROP_IN = f"/run/systemd/system/{UNIT}.d/50-sglfleet-training-stop.conf"
+
+
+class Jobs:
+    """Stand-in training jobs in CT 200: one as the unit, any number as plain processes."""
+
+    def __init__(self, ct: Container) -> None:
+        self.ct = ct
+        self.pids: list[int] = []
+
+    def start_process(self, name: str, *args: str) -> int:
+        ckpt = f"{WORK}/{name}.ckpt"
+        cmd = " ".join(["/usr/bin/python3", "-u", SCRIPT, "--checkpoint", ckpt, *args])
+        pid = int(self.ct.out(f"cd /; setsid nohup {cmd} > {WORK}/{name}.log 2>&1 < /dev/null & echo $!"))
+        self.pids.append(pid)
+        self._wait_for(f"grep -q training {WORK}/{name}.log")
+        return pid
+
+    def start_unit(self, name: str, *args: str) -> int:
+        unit = trainer.render_unit(script=SCRIPT, checkpoint=f"{WORK}/{name}.ckpt", extra_args=args)
+        self.ct.put(f"/etc/systemd/system/{UNIT}", unit)
+        self.ct.run(
+            f"systemctl daemon-reload && systemctl reset-failed {UNIT} 2>/dev/null; systemctl start {UNIT}"
+        )
+        pid = int(self.ct.unit_props(UNIT, ["MainPID"])["MainPID"])
+        self._wait_for(f"journalctl --unit={UNIT} _PID={pid} --output=cat | grep -q training")
+        return pid
+
+    def _wait_for(self, command: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while self.ct.run(command, check=False).returncode != 0:
+            assert time.monotonic() < deadline, f"CT 200: {command!r} never succeeded"
+            time.sleep(0.2)
+
+    def alive(self, pid: int) -> bool:
+        state = self.ct.run(f"ps -o stat= -p {pid}", check=False).stdout.strip()
+        return bool(state) and not state.startswith("Z")
+
+    def checkpoint(self, name: str) -> dict | None:
+        proc = self.ct.run(f"cat {WORK}/{name}.ckpt", check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    def cleanup(self) -> None:
+        self.ct.run(
+            f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT}; systemctl daemon-reload;"
+            f" systemctl reset-failed {UNIT}; true",
+            check=False,
+        )
+        for pid in self.pids:
+            self.ct.run(f"kill -9 {pid}", check=False)
+        self.ct.run(f"rm -rf {WORK} {shlex.quote(DROP_IN)}", check=False)
+
+
+@pytest.fixture
+def jobs(prepared_ct: Container) -> Iterator[Jobs]:
+    prepared_ct.put(SCRIPT, Path(trainer.__file__).read_text())
+    jobs = Jobs(prepared_ct)
+    jobs.cleanup()
+    prepared_ct.run(f"mkdir -p {WORK}")
+    yield jobs
+    jobs.cleanup()
+
+
+def stop_training(ansible: Ansible, *args: str) -> PlaybookRun:
+    return ansible.playbook(
+        "playbooks/stop_training.yml", "-e", f"ansible_python_interpreter={MODULE_PYTHON}", *args
+    )
+
+
+def ledger(ct: Container) -> dict:
+    return json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["training_stop"]
+
+
+def test_job_is_stopped_with_sigterm_and_writes_its_checkpoint(ansible: Ansible, jobs: Jobs) -> None:
+    unit_pid = jobs.start_unit("unit")
+    pid = jobs.start_process("proc")
+
+    check = stop_training(ansible, "--check")
+    assert check.rc == 0, check.explain()
+    assert f"unit {UNIT}" in check.output, check.explain()
+    assert f"process {pid}" in check.output, check.explain()
+    # The unit's own process matches the pattern too, but it is stopped with its unit.
+    assert f"process {unit_pid}" not in check.output, check.explain()
+    assert check.recap["changed"] >= 1, check.explain()
+    assert jobs.alive(pid)
+    assert jobs.alive(unit_pid)
+    assert jobs.checkpoint("unit") is None
+    assert jobs.checkpoint("proc") is None
+
+    run = stop_training(ansible)
+    assert run.rc == 0, run.explain()
+    assert run.recap["failed"] == 0, run.explain()
+    assert "WARNING" not in run.output, run.explain()
+    for name, expected_pid in (("unit", unit_pid), ("proc", pid)):
+        ckpt = jobs.checkpoint(name)
+        assert ckpt is not None, f"no checkpoint from the {name} job\n{run.explain()}"
+        assert ckpt["signal"] == "SIGTERM"
+        assert ckpt["pid"] == expected_pid
+    assert not jobs.alive(pid)
+    props = jobs.ct.unit_props(UNIT, ["ActiveState", "Result"])
+    assert props == {"ActiveState": "inactive", "Result": "success"}
+    assert jobs.ct.run(f"test -e {DROP_IN}", check=False).returncode != 0, "the runtime drop-in was left"
+
+    record = ledger(jobs.ct)
+    assert record["status"] == "done"
+    assert record["evidence"]["units_stopped"] == [UNIT]
+    assert record["evidence"]["processes_stopped"] == [pid]
+    assert record["evidence"]["killed"] == []
+    assert record["evidence"]["nvidia_smi_found"] is False
+
+    again = stop_training(ansible)
+    assert again.rc == 0, again.explain()
+    assert again.recap["changed"] == 0, again.explain()
+    assert "nothing to stop" in again.output
+    assert ledger(jobs.ct) == record, "a run that stopped nothing rewrote the ledger"
+
+
+def test_job_ignoring_sigterm_is_killed_after_the_timeout(ansible: Ansible, jobs: Jobs) -> None:
+    timeout = 3
+    unit_pid = jobs.start_unit("unit", "--ignore-sigterm")
+    pid = jobs.start_process("proc", "--ignore-sigterm")
+
+    run = stop_training(ansible, "-e", json.dumps({"training_stop_timeout": timeout}))
+    assert run.rc == 0, run.explain()
+    assert run.recap["failed"] == 0, run.explain()
+    assert run.seconds >= timeout
+    assert "WARNING" in run.output and "SIGKILL" in run.output, run.explain()
+    assert not jobs.alive(pid)
+    assert not jobs.alive(unit_pid)
+    assert jobs.checkpoint("unit") is None
+    assert jobs.checkpoint("proc") is None
+    # The stop sticks: Restart=on-failure does not bring the killed unit back.
+    time.sleep(2)
+    assert jobs.ct.unit_props(UNIT, ["ActiveState"])["ActiveState"] in {"inactive", "failed"}
+    assert jobs.ct.run(f"test -e {DROP_IN}", check=False).returncode != 0, "the runtime drop-in was left"
+
+    evidence = ledger(jobs.ct)["evidence"]
+    assert f"pid {pid}" in evidence["killed"]
+    assert f"unit {UNIT}" in evidence["killed"]

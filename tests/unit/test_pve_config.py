@@ -1,0 +1,169 @@
+"""sglfleet.pve.config: parsing, normalisation and the desired-vs-current plan (no PVE needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglfleet.pve.config import ContainerSpec, SpecError, parse_mib, plan_update, split_props
+
+# What PVE shows for a container created from SPEC_ARGS (values in PVE's own spelling).
+CURRENT = {
+    "hostname": "sgl",
+    "cores": 8,
+    "memory": 8192,
+    "swap": 0,
+    "net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:88:6D:53,ip=dhcp,type=veth",
+    "features": "keyctl=1,nesting=1",
+    "rootfs": "local-lvm:vm-200-disk-0,size=16G",
+    "unprivileged": 1,
+    "onboot": 1,
+    "dev0": "/dev/nvidia0",
+    "dev1": "/dev/nvidia-uvm,mode=0666",
+    "ostype": "debian",
+    "arch": "amd64",
+    "digest": "abc",
+}
+SPEC_ARGS = {
+    "vmid": 200,
+    "hostname": "sgl",
+    "cores": 8,
+    "memory": "8G",
+    "swap": 0,
+    "rootfs": "local-lvm:16",
+    "netif": {"net0": "bridge=vmbr0,name=eth0,ip=dhcp"},
+    "features": ["nesting=true", "keyctl=1"],
+    "unprivileged": True,
+    "onboot": "yes",
+    "devices": ["/dev/nvidia0", {"path": "/dev/nvidia-uvm", "mode": "666"}],
+}
+
+
+def spec(**changes):
+    return ContainerSpec.from_args(**dict(SPEC_ARGS, **changes))
+
+
+def test_same_config_in_other_spellings_is_no_change():
+    plan = plan_update(spec(), CURRENT)
+    assert not plan.changed, (plan.set, plan.delete, plan.resize)
+    assert plan.before == plan.after
+
+
+def test_removed_feature_option_is_a_change():
+    plan = plan_update(spec(features=["nesting=1"]), CURRENT)
+    assert plan.set == {"features": "nesting=1"}
+    assert plan.before["features"] == "keyctl=1,nesting=1"
+
+
+def test_empty_features_deletes_the_key():
+    plan = plan_update(spec(features=[]), CURRENT)
+    assert plan.delete == ["features"] and not plan.set
+    assert "features" not in plan.after
+
+
+def test_net_change_keeps_the_generated_mac():
+    plan = plan_update(spec(netif={"net0": "name=eth0,bridge=vmbr0,ip=10.0.0.5/24,gw=10.0.0.1"}), CURRENT)
+    assert plan.set == {"net0": "name=eth0,bridge=vmbr0,gw=10.0.0.1,hwaddr=BC:24:11:88:6D:53,ip=10.0.0.5/24"}
+
+
+def test_removed_net_option_and_extra_interface_are_changes():
+    current = dict(CURRENT, net0=CURRENT["net0"] + ",firewall=1", net1="name=eth1,bridge=vmbr1,type=veth")
+    plan = plan_update(spec(), current)
+    assert set(plan.set) == {"net0"} and "firewall" not in plan.set["net0"]
+    assert plan.delete == ["net1"]
+
+
+def test_devices_in_order_and_extra_device_deleted():
+    current = dict(CURRENT, dev2="/dev/nvidia1")
+    plan = plan_update(spec(), current)
+    assert plan.delete == ["dev2"] and not plan.set
+    plan = plan_update(spec(devices=["/dev/nvidia-uvm", "/dev/nvidia0"]), CURRENT)
+    assert plan.set == {"dev0": "/dev/nvidia-uvm", "dev1": "/dev/nvidia0"}
+
+
+def test_unmanaged_keys_are_left_alone():
+    plan = plan_update(ContainerSpec.from_args(vmid=200, cores=8), dict(CURRENT, description="hand made"))
+    assert not plan.changed
+    assert plan.before == {"cores": "8"}
+
+
+def test_scalar_change_and_pve_defaults():
+    plan = plan_update(spec(cores=16, onboot=False), CURRENT)
+    assert plan.set == {"cores": "16", "onboot": "0"}
+    assert not plan.needs_restart()
+    bare = {k: v for k, v in CURRENT.items() if k not in ("onboot", "swap")}
+    # onboot absent means 0 and swap absent means 512 to PVE
+    plan = plan_update(spec(onboot=False, swap=512), bare)
+    assert not plan.changed
+
+
+def test_features_and_devices_need_a_restart_when_running():
+    assert plan_update(spec(features=["nesting=1"]), CURRENT).needs_restart()
+    assert plan_update(spec(devices=["/dev/nvidia0"]), CURRENT).needs_restart()
+
+
+def test_rootfs_grow_shrink_and_move():
+    plan = plan_update(spec(rootfs="local-lvm:32"), CURRENT)
+    assert plan.resize == "32G" and not plan.set
+    assert plan.after["rootfs"] == "local-lvm:vm-200-disk-0,size=32G"
+    with pytest.raises(SpecError, match="cannot shrink"):
+        plan_update(spec(rootfs="8G", storage="local-lvm"), CURRENT)
+    with pytest.raises(SpecError, match="storage 'local-lvm', not 'ceph'"):
+        plan_update(spec(rootfs="ceph:16"), CURRENT)
+
+
+def test_unprivileged_cannot_change():
+    with pytest.raises(SpecError) as err:
+        plan_update(spec(unprivileged=False), CURRENT)
+    assert err.value.field == "unprivileged" and "recreate" in str(err.value)
+
+
+def test_create_params_in_pve_spelling():
+    params = spec(
+        ostemplate="local:vztmpl/debian-12.tar.zst", ssh_public_keys="ssh-ed25519 AAA x"
+    ).create_params()
+    assert params == {
+        "vmid": 200,
+        "ostemplate": "local:vztmpl/debian-12.tar.zst",
+        "hostname": "sgl",
+        "cores": "8",
+        "memory": "8192",
+        "swap": "0",
+        "onboot": "1",
+        "rootfs": "local-lvm:16",
+        "net0": "name=eth0,bridge=vmbr0,ip=dhcp",
+        "features": "keyctl=1,nesting=1",
+        "unprivileged": 1,
+        "ssh-public-keys": "ssh-ed25519 AAA x",
+        "dev0": "/dev/nvidia0",
+        "dev1": "/dev/nvidia-uvm,mode=0666",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        ({"memory": "lots"}, "memory", "not a size"),
+        ({"features": ["nesting"]}, "features", "needs a value"),
+        ({"netif": {"eth0": "name=eth0"}}, "netif", "not netN"),
+        ({"devices": ["nvidia0"]}, "devices[0]", "under /dev/"),
+        ({"devices": [{"path": "/dev/x", "mode": "rw"}]}, "devices[0]", "octal"),
+        ({"devices": ["/dev/x", "/dev/x"]}, "devices", "twice"),
+        ({"rootfs": "32G"}, "rootfs", "names no storage"),
+        ({"onboot": "maybe"}, "onboot", "not a boolean"),
+        ({"vmid": 7}, "vmid", "100..999999999"),
+        ({"cores": 0}, "cores", "positive"),
+    ],
+)
+def test_bad_values_name_the_argument(args, field, words):
+    base = {k: v for k, v in SPEC_ARGS.items() if k != "rootfs"}
+    with pytest.raises(SpecError) as err:
+        ContainerSpec.from_args(**dict(base, **args))
+    assert err.value.field == field
+    assert words in str(err.value)
+
+
+def test_sizes_and_property_strings():
+    assert parse_mib("memory", "8G") == 8192
+    assert parse_mib("memory", "512M") == 512
+    assert parse_mib("memory", 8) == 8
+    assert split_props("local-lvm:vm-1-disk-0,size=8G") == ("local-lvm:vm-1-disk-0", {"size": "8G"})

@@ -1,0 +1,272 @@
+"""`sglfleet status` and `sglfleet health`: the checklist and instance table, against real stand-ins."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from sglfleet import gpus, health, ledger, status
+from sglfleet.testing.standin.process import standin_argv
+
+pytestmark = pytest.mark.timeout(90)
+
+DATA = Path(__file__).parent / "data" / "nvidia_smi"
+SERVED = "qwen3-32b"
+T0 = datetime(2026, 12, 2, 18, 0, tzinfo=UTC)
+
+
+def consecutive_free_ports(n: int) -> int:
+    """A base port such that base..base+n-1 are all free on 127.0.0.1 right now."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no run of free ports")
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[int]:
+    """Three stand-in instances on consecutive ports (instance i on base+i, as the fleet lays them out)."""
+    base = consecutive_free_ports(3)
+    procs = [
+        subprocess.Popen(
+            standin_argv(base + i, model_path="/models/Qwen3-32B", served_model_name=SERVED),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(3)
+    ]
+    try:
+        ready = health.check_fleet(health.endpoints_from_range("127.0.0.1", base, 3), wait=30, interval=0.1)
+        assert ready.all_healthy, ready.summary()
+        yield base
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def ledger_file(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.json"
+    ledger.record_phase(path, "provision", "done", {"vmid": 200, "node": "kpro6"}, now=T0)
+    ledger.record_phase(path, "training_stop", "failed", {"pid": 2381904, "reason": "still on GPU 0"}, now=T0)
+    return path
+
+
+def sglfleet(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sglfleet", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        input=stdin,
+        check=False,
+    )
+
+
+def fake_smi_env(prefix: str) -> dict[str, str]:
+    return {"FAKE_NVSMI": str(DATA / prefix)}
+
+
+def test_status_json_has_checklist_and_rows_with_gpu_memory(fleet: int, ledger_file: Path) -> None:
+    proc = sglfleet(
+        "status", "--json", "--ledger", str(ledger_file), "--port-base", str(fleet), "--count", "4",
+        "--nvidia-smi", str(DATA / "fake-nvidia-smi"), "--expected-model", SERVED,
+        env=fake_smi_env("rtxpro6000_srv_training"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [(r["phase"], r["status"]) for r in data["checklist"][:3]] == [
+        ("provision", "done"), ("training_stop", "failed"), ("toolchain", "pending"),
+    ]  # fmt: skip
+    assert data["checklist"][0]["evidence"] == {"vmid": 200, "node": "kpro6"}
+    rows = data["instances"]
+    assert [r["health"]["port"] for r in rows] == [fleet, fleet + 1, fleet + 2, fleet + 3]
+    assert [r["health"]["healthy"] for r in rows] == [True, True, True, False]
+    assert rows[3]["health"]["reason"] == "refused"
+    assert rows[1]["health"]["model"] == SERVED and rows[1]["health"]["gpu"] == 1
+    assert (rows[1]["gpu_memory_used_mib"], rows[1]["gpu_memory_total_mib"]) == (91532, 97887)
+    assert data["summary"] == "1/8 phases done, failed: training_stop; 3/4 instances healthy"
+    assert data["gpu_count"] == 8
+
+
+def test_status_table_for_humans(fleet: int, ledger_file: Path) -> None:
+    proc = sglfleet(
+        "status", "--ledger", str(ledger_file), "--port-base", str(fleet), "--count", "3", "--width", "160",
+        "--nvidia-smi", str(DATA / "fake-nvidia-smi"), env=fake_smi_env("rtxpro6000_ws_idle"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Instances (3/3 healthy)" in out
+    assert "node=kpro6, vmid=200" in out and "2026-12-02 18:00 UTC" in out
+    lines = [line for line in out.splitlines() if f"{fleet + 2}" in line]
+    assert len(lines) == 1
+    cells = [c.strip() for c in lines[0].strip("│ ").split("│")]
+    assert cells == ["2", str(fleet + 2), "200 healthy", SERVED, "0", "0", "0.0", "2 / 97887 MiB"]
+    assert out.rstrip().endswith("1/8 phases done, failed: training_stop; all 3 instances healthy")
+
+
+def write_env_files(env_dir: Path, base: int, count: int, gpus: list[int], api_key: str = "") -> None:
+    """Environment files as the sglang_fleet role writes them (instance-<i>.env)."""
+    env_dir.mkdir(exist_ok=True)
+    for i in range(count):
+        args = f"--model-path /srv/models/standin-7b --host 0.0.0.0 --port {base + i}"
+        args += f" --served-model-name {SERVED}"
+        if api_key:
+            args += f" --api-key {api_key}"
+        (env_dir / f"instance-{i}.env").write_text(
+            f"# Managed by Ansible (role sglang_fleet): SGLang instance {i} (unit sglang@{i}.service).\n"
+            f"CUDA_VISIBLE_DEVICES={gpus[i]}\nPROMETHEUS_MULTIPROC_DIR=/run/sglang/instance-{i}\n"
+            f"SGLANG_FLEET_INSTANCE={i}\nSGLANG_FLEET_PORT={base + i}\n"
+            f'SGLANG_ARGS="{args} --standin-warmup-seconds 1"\nSGLANG_FLEET_DIGEST=0123abcd\n'
+        )
+
+
+def test_layout_from_env_files(tmp_path: Path) -> None:
+    write_env_files(tmp_path, 30000, 12, list(range(12)), api_key="k-1")
+    layout = status.layout_from_env_dir(tmp_path)
+    assert [e.port for e in layout.endpoints] == list(range(30000, 30012))  # instance-10 after instance-9
+    assert layout.endpoints[11].url == "http://127.0.0.1:30011" and layout.endpoints[11].gpu == 11
+    assert layout.api_key == "k-1"
+    assert status.layout_from_env_dir(tmp_path / "none").endpoints == ()
+    (tmp_path / "instance-12.env").write_text('CUDA_VISIBLE_DEVICES=0\nSGLANG_ARGS="--model-path m"\n')
+    with pytest.raises(ValueError, match=r"instance-12.env: no port"):
+        status.layout_from_env_dir(tmp_path)
+    (tmp_path / "instance-12.env").write_text("CUDA_VISIBLE_DEVICES\n")
+    with pytest.raises(ValueError, match=r"instance-12.env:1: not KEY=VALUE"):
+        status.layout_from_env_dir(tmp_path)
+
+
+def test_status_without_nvidia_smi_reads_the_env_files_and_shows_dashes(
+    fleet: int, ledger_file: Path, tmp_path: Path
+) -> None:
+    env_dir = tmp_path / "sglang"
+    write_env_files(env_dir, fleet, 3, [5, 6, 7])
+    proc = sglfleet(
+        "status", "--json", "--ledger", str(ledger_file), "--env-dir", str(env_dir),
+        "--nvidia-smi", str(tmp_path / "no-nvidia-smi"),
+    )  # fmt: skip
+    data = json.loads(proc.stdout)
+    assert data["nvidia_smi_found"] is False
+    assert [(r["health"]["port"], r["health"]["gpu"], r["health"]["healthy"]) for r in data["instances"]] == [
+        (fleet, 5, True), (fleet + 1, 6, True), (fleet + 2, 7, True),
+    ]  # fmt: skip
+    assert {r["gpu_memory_used_mib"] for r in data["instances"]} == {None}
+    table = sglfleet(
+        "status", "--ledger", str(ledger_file), "--width", "160", "--env-dir", str(env_dir),
+        "--nvidia-smi", "",
+    ).stdout  # fmt: skip
+    row = next(line for line in table.splitlines() if str(fleet) in line)
+    assert row.rstrip().rstrip("│").rstrip().endswith("-")
+
+
+def test_status_defaults_to_one_instance_per_gpu(fleet: int, ledger_file: Path, tmp_path: Path) -> None:
+    proc = sglfleet(
+        "status", "--json", "--ledger", str(ledger_file), "--env-dir", str(tmp_path / "none"),
+        "--port-base", str(fleet), "--nvidia-smi", str(DATA / "fake-nvidia-smi"),
+        env=fake_smi_env("rtxpro6000_ws_idle"),
+    )  # fmt: skip
+    rows = json.loads(proc.stdout)["instances"]
+    assert len(rows) == 8 and sum(r["health"]["healthy"] for r in rows) == 3
+    assert rows[7]["health"]["reason"] == "refused" and rows[7]["gpu_memory_used_mib"] == 2
+
+
+def test_status_bad_ledger_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "ledger.json"
+    bad.write_text(
+        '{"version": 1,\n "phases": {"fleet": {"status": "maybe", "time": "2026-12-02T18:00:00Z"}}}'
+    )
+    proc = sglfleet("status", "--ledger", str(bad), "--nvidia-smi", "")
+    assert proc.returncode == 2
+    assert f"{bad}: not a valid sglfleet ledger: phases.fleet.status" in proc.stderr
+
+
+def test_render_from_module_results_matches_direct_status(fleet: int, ledger_file: Path) -> None:
+    facts = gpus.combine(
+        gpus.parse_gpus((DATA / "rtxpro6000_srv_training.gpus.csv").read_text()), [], "/usr/bin/nvidia-smi"
+    )
+    eps = health.endpoints_from_range("127.0.0.1", fleet, 3)
+    direct = status.gather_status(ledger_path=ledger_file, endpoints=eps, gpu_facts=facts)
+    fleet_health = health.check_fleet(eps)
+    modules = {
+        "ledger": {
+            "path": str(ledger_file),
+            "checklist": [r.model_dump(mode="json") for r in ledger.load_ledger(ledger_file).checklist()],
+        },
+        "health": fleet_health.model_dump(mode="json"),
+        "gpus": facts.as_dict(),
+    }
+    rendered = status.parse_status_json(json.dumps(modules))
+    assert rendered.checklist == direct.checklist
+    assert [(r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in rendered.instances] == [
+        (r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in direct.instances
+    ]
+    proc = sglfleet("status", "--render", "-", "--width", "160", stdin=json.dumps(modules))
+    assert proc.returncode == 0, proc.stderr
+    assert "Instances (3/3 healthy)" in proc.stdout and "91532 / 97887 MiB" in proc.stdout
+
+
+def test_render_rejects_bad_json() -> None:
+    proc = sglfleet("status", "--render", "-", stdin="{\n  oops")
+    assert proc.returncode == 2 and "<stdin>:2:3: not valid JSON" in proc.stderr
+
+
+def test_health_cli_exit_codes(fleet: int) -> None:
+    ok = sglfleet("health", "--json", "--port-base", str(fleet), "--count", "3")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["summary"] == "all 3 instances healthy"
+    bad = sglfleet("health", "--port-base", str(fleet), "--count", "4", "--expected-model", SERVED)
+    assert bad.returncode == 1
+    assert f"3/4 instances healthy; unhealthy: http://127.0.0.1:{fleet + 3} (refused)" in bad.stdout.replace(
+        "\n", " "
+    )
+    wrong = sglfleet("health", "--url", f"http://127.0.0.1:{fleet}", "--expected-model", "llama")
+    assert wrong.returncode == 1 and "unexpected model" in wrong.stdout
+    usage = sglfleet("health")
+    assert usage.returncode == 2 and "--url URL ... or --count N" in usage.stderr
+    both = sglfleet("health", "--count", "1", "--url", "http://127.0.0.1:1")
+    assert both.returncode == 2 and "either --url or --count" in both.stderr
+
+
+def test_health_cli_api_key_from_env_is_used(tmp_path: Path) -> None:
+    from sglfleet.testing.standin.process import running_standin
+
+    with running_standin(api_key="k-9", served_model_name=SERVED) as url:
+        no_key = json.loads(sglfleet("health", "--json", "--url", url).stdout)["instances"][0]
+        env_key = json.loads(
+            sglfleet("health", "--json", "--url", url, env={"SGLFLEET_API_KEY": "k-9"}).stdout
+        )
+        key_file = tmp_path / "key"
+        key_file.write_text("k-9\n")
+        file_key = json.loads(
+            sglfleet("health", "--json", "--url", url, "--api-key-file", str(key_file)).stdout
+        )
+    assert no_key["model"] is None
+    assert env_key["instances"][0]["model"] == SERVED
+    assert file_key["instances"][0]["model"] == SERVED
