@@ -175,3 +175,22 @@ def test_unknown_release_fails_listing_the_known_ones_before_any_change(target: 
     assert run.rc != 0
     assert "cuda_toolchain_version '13.9.9' is not a known release. Known releases: 13.2.2" in run.output
     assert target.sh(f"test -e {fresh}").returncode != 0
+
+
+def test_check_mode_on_a_fresh_host_says_what_it_would_do_and_creates_nothing(target: Target) -> None:
+    fresh = target.path("fresh")
+    run = target.play(
+        PLAYBOOK,
+        "--check",
+        overrides={
+            "cuda_toolchain_prefix": f"{fresh}/cuda",
+            "cuda_toolchain_env_file": f"{fresh}/etc/cuda-toolchain.env",
+            "cuda_toolchain_profile_path": f"{fresh}/etc/cuda-toolchain.sh",
+            "cuda_toolchain_ledger_path": f"{fresh}/ledger.json",
+        },
+    )
+    assert run.rc == 0, run.explain()
+    for task in (PIN_TASK, CUDART_TASK, CCCL_TASK):
+        assert "changed" in run.status(task), (task, run.explain())
+    assert "Check mode on a host without" in run.output
+    assert target.sh(f"test -e {fresh}").returncode != 0
