@@ -1,0 +1,196 @@
+"""Role cuda_toolchain with ansible-playbook: converge, idempotence, check mode, break-and-repair.
+
+Runs against the lab's CT 200 (default) or this machine (SGLFLEET_ROLE_TESTS_TARGET=local), every
+path under a test directory (see toolchain_support). Only the tree at the prefix is ever used: this
+machine has an nvcc 13.0 of its own on PATH, which the role and these tests never touch.
+Wheels come through pip's cache on the target, so a repeated converge does not download them again.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from toolchain_support import PlaybookRun, Target, make_target
+
+pytestmark = [pytest.mark.timeout(1800)]
+
+PLAYBOOK = "toolchain.yml"
+RELEASE = "13.2.2"
+WHEEL = "13.2.86"
+PIN_TASK = "cuda_toolchain : Install every CUDA component pinned to one release"
+CUDART_TASK = "cuda_toolchain : Link lib64/libcudart.so -> libcudart.so.13"
+CCCL_TASK = "cuda_toolchain : Overlay the CCCL headers at include/ (cub, cuda, nv, thrust)"
+CHECKS = [
+    "cuda_toolchain : Check that nvcc reports the release",
+    "cuda_toolchain : Check the PTX ISA version and target",
+    "cuda_toolchain : Check that ptxas assembled the kernel",
+    "cuda_toolchain : Check the -cudart shared link",
+    "cuda_toolchain : Check the host compile against the CCCL headers",
+    "cuda_toolchain : Check the JIT-style build",
+    "cuda_toolchain : Check that every component is at the release's pin",
+]
+
+
+@pytest.fixture(scope="module")
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    return make_target(request, tmp_path_factory.mktemp("toolchain"))
+
+
+@pytest.fixture(scope="module")
+def converged(target: Target) -> PlaybookRun:
+    start = time.monotonic()
+    run = target.play(PLAYBOOK)
+    print(f"\ncuda_toolchain: first converge into an empty prefix took {time.monotonic() - start:.1f} s")
+    assert run.rc == 0, run.explain()
+    return run
+
+
+def assert_verified(run: PlaybookRun) -> None:
+    for check in CHECKS:
+        assert run.status(check) == ["ok"], (check, run.explain())
+
+
+def test_first_run_installs_assembles_and_verifies(target: Target, converged: PlaybookRun) -> None:
+    assert_verified(converged)
+    assert PIN_TASK in converged.changed_tasks()
+    p = target.prefix
+    target.ok(
+        f"test -x {p}/bin/nvcc && test -x {p}/bin/ptxas && test -x {p}/nvvm/bin/cicc"
+        f" && test -f {p}/include/cuda_runtime.h && test -f {p}/lib64/libcudart.so.13"
+        f" && test -f {p}/include/cuda/std/cstdint && test -f {p}/include/cub/cub.cuh"
+        f" && test -f {p}/include/thrust/version.h && test -f {p}/include/nv/target"
+    )
+    assert target.ok(f"readlink {p}/lib64/libcudart.so").strip() == "libcudart.so.13"
+    assert "release 13.2, V13.2.86" in target.ok(f"{p}/bin/nvcc --version")
+    phase = target.ledger_phase("toolchain")
+    assert phase["status"] == "done"
+    assert phase["evidence"]["release"] == RELEASE
+    assert f"nvidia-nvvm=={WHEEL}" in phase["evidence"]["wheels"]
+
+
+def test_second_run_changes_nothing(target: Target, converged: PlaybookRun) -> None:
+    run = target.play(PLAYBOOK)
+    assert run.rc == 0, run.explain()
+    assert run.total("changed") == 0, run.changed_tasks()
+    assert_verified(run)
+
+
+def test_check_mode_on_a_converged_host_changes_nothing_and_still_verifies(
+    target: Target, converged: PlaybookRun
+) -> None:
+    run = target.play(PLAYBOOK, "--check", "--diff")
+    assert run.rc == 0, run.explain()
+    assert run.total("changed") == 0, run.changed_tasks()
+    assert_verified(run)
+
+
+def test_environment_file_has_literal_values(target: Target, converged: PlaybookRun) -> None:
+    env = {}
+    for line in target.ok(f"cat {target.path('etc', 'cuda-toolchain.env')}").splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key] = value
+    assert env["CUDA_HOME"] == target.prefix
+    assert env["PATH"].split(":")[0] == f"{target.prefix}/bin"
+    assert env["LD_LIBRARY_PATH"] == f"{target.prefix}/lib64"
+    assert not any("$" in value for value in env.values()), env  # systemd would not expand them
+
+
+def test_profile_script_puts_the_tree_before_any_other_nvcc(target: Target, converged: PlaybookRun) -> None:
+    profile = target.path("etc", "profile.d", "cuda-toolchain.sh")
+    out = target.ok(
+        f"env -i PATH=/usr/local/bin:/usr/bin:/bin sh -c '. {profile}; . {profile}; "
+        'command -v nvcc; nvcc --version | tail -2; echo "$PATH"; echo "$CUDA_HOME"\''
+    )
+    lines = out.splitlines()
+    assert lines[0] == f"{target.prefix}/bin/nvcc"
+    assert "release 13.2, V13.2.86" in lines[1]
+    assert lines[3].split(":").count(f"{target.prefix}/bin") == 1  # sourcing twice adds it once
+    assert lines[4] == target.prefix
+
+
+# name: (break it, is it fixed (a shell test), the repairing task, what verification alone must say)
+BREAKS = {
+    "libcudart-symlink": (
+        "rm {p}/lib64/libcudart.so",
+        "test -L {p}/lib64/libcudart.so",
+        CUDART_TASK,
+        ["cannot find -lcudart", f"task '{CUDART_TASK}'"],
+    ),
+    "cccl-overlay": (
+        "rm {p}/include/cub {p}/include/cuda {p}/include/thrust",
+        "test -L {p}/include/cub && test -L {p}/include/cuda && test -L {p}/include/thrust",
+        CCCL_TASK,
+        ["cuda/std/cstdint: No such file", f"task '{CCCL_TASK}'"],
+    ),
+    "nvvm-13.5": (
+        "{p}/venv/bin/pip install --quiet --disable-pip-version-check nvidia-nvvm==13.5.37",
+        "{p}/venv/bin/python -m pip show nvidia-nvvm | grep -qx 'Version: " + WHEEL + "'",
+        PIN_TASK,
+        [
+            "PTX version mismatch",
+            "Unsupported .version 9.5; current version is '9.2'",
+            f"nvidia-nvvm is 13.5.37, release {RELEASE} pins {WHEEL}",
+            f"task '{PIN_TASK}'",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BREAKS))
+def test_broken_fix_is_named_by_verify_and_repaired_by_the_next_run(
+    target: Target, converged: PlaybookRun, case: str
+) -> None:
+    breaker, fixed, repair_task, messages = (
+        item.format(p=target.prefix) if isinstance(item, str) else item for item in BREAKS[case]
+    )
+    target.ok(breaker)
+    assert target.sh(fixed).returncode != 0
+
+    verify = target.play(PLAYBOOK, "--tags", "verify")
+    assert verify.rc != 0, verify.explain()
+    for message in messages:
+        assert message in verify.output, (message, verify.explain())
+    assert target.ledger_phase("toolchain")["status"] == "failed"
+
+    check = target.play(PLAYBOOK, "--check", "--tags", "install,configure")
+    assert check.rc == 0, check.explain()
+    assert check.status(repair_task)[:1] == ["changed"], check.explain()  # check mode: would repair
+    assert target.sh(fixed).returncode != 0, "check mode changed the tree"
+
+    repair = target.play(PLAYBOOK)
+    assert repair.rc == 0, repair.explain()
+    assert repair_task in repair.changed_tasks(), repair.explain()
+    assert_verified(repair)
+    assert target.sh(fixed).returncode == 0
+    assert target.ledger_phase("toolchain")["status"] == "done"
+
+
+def test_unknown_release_fails_listing_the_known_ones_before_any_change(target: Target) -> None:
+    fresh = target.path("never-created")
+    run = target.play(
+        PLAYBOOK, overrides={"cuda_toolchain_version": "13.9.9", "cuda_toolchain_prefix": fresh}
+    )
+    assert run.rc != 0
+    assert "cuda_toolchain_version '13.9.9' is not a known release. Known releases: 13.2.2" in run.output
+    assert target.sh(f"test -e {fresh}").returncode != 0
+
+
+def test_check_mode_on_a_fresh_host_says_what_it_would_do_and_creates_nothing(target: Target) -> None:
+    fresh = target.path("fresh")
+    run = target.play(
+        PLAYBOOK,
+        "--check",
+        overrides={
+            "cuda_toolchain_prefix": f"{fresh}/cuda",
+            "cuda_toolchain_env_file": f"{fresh}/etc/cuda-toolchain.env",
+            "cuda_toolchain_profile_path": f"{fresh}/etc/cuda-toolchain.sh",
+            "cuda_toolchain_ledger_path": f"{fresh}/ledger.json",
+        },
+    )
+    assert run.rc == 0, run.explain()
+    for task in (PIN_TASK, CUDART_TASK, CCCL_TASK):
+        assert "changed" in run.status(task), (task, run.explain())
+    assert "Check mode on a host without" in run.output
+    assert target.sh(f"test -e {fresh}").returncode != 0
