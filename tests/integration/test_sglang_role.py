@@ -109,8 +109,9 @@ def test_sglfleet_is_reinstalled_only_when_its_wheel_content_changes(
     changed = target.play(PLAYBOOK, overrides={"sglang_sglfleet_source": str(source)})
     assert changed.rc == 0, changed.explain()
     assert set(changed.changed_tasks()) == {
-        "sglang : Copy the sglfleet wheel to the target",
-        "sglang : Reinstall the sglfleet package because its wheel changed",
+        "sglfleet_runtime : Copy the sglfleet wheel to the host",
+        "sglfleet_runtime : Install the package with its dependencies, then force this wheel's content in",
+        "sglfleet_runtime : Mark what is installed",
     }, changed.changed_tasks()
     assert target.sh(probe).returncode == 0
 
@@ -118,7 +119,10 @@ def test_sglfleet_is_reinstalled_only_when_its_wheel_content_changes(
     assert same.total("changed") == 0, same.changed_tasks()
 
     back = target.play(PLAYBOOK)
-    assert "sglang : Reinstall the sglfleet package because its wheel changed" in back.changed_tasks()
+    assert (
+        "sglfleet_runtime : Install the package with its dependencies, then force this wheel's content in"
+        in back.changed_tasks()
+    )
     assert target.sh(probe).returncode != 0
 
 

@@ -2,7 +2,7 @@
 
 Two targets, the same tests:
 - `LabTarget` (the default): CT 200 of the lab over SSH (inventory/lab), prepared by the shared fixture
-  `prepared_ct` (sglfleet in /opt/sglang/venv, the interpreter the sglfleet modules run with). The
+  `prepared_ct` (the sglfleet runtime /opt/sglfleet/venv, the interpreter the sglfleet modules run with). The
   tests' paths live under /opt/sglfleet-test in the container, removed at the start of a session.
 - `LocalTarget` (SGLFLEET_ROLE_TESTS_TARGET=local): this machine with ansible_connection=local, every
   path under a temporary directory; the modules run with this venv's python.
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TARGET_ENV = "SGLFLEET_ROLE_TESTS_TARGET"
 LAB_ROOT = "/opt/sglfleet-test"
-LAB_MODULE_PYTHON = "/opt/sglang/venv/bin/python"
+LAB_MODULE_PYTHON = "/opt/sglfleet/venv/bin/python"
 
 _TASK = re.compile(r"^TASK \[(?P<name>.+?)\] \*+$")
 _RESULT = re.compile(r"^(?P<status>ok|changed|skipping|fatal|failed|included): \[(?P<host>[^\]]+)\]")
