@@ -21,13 +21,14 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sglfleet.atomicio import atomic_write
 
 DEFAULT_PATH = Path("/var/lib/sglfleet/ledger.json")
 
@@ -175,24 +176,8 @@ def write_ledger(path: str | os.PathLike[str], ledger: Ledger) -> None:
     """Write `ledger` to `path` atomically: temp file in the same directory, fsync, rename, fsync dir."""
     path = Path(path)
     try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(ledger.to_json())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        with atomic_write(path, durable=True) as handle:
+            handle.write(ledger.to_json().encode("utf-8"))
     except OSError as exc:
         raise LedgerError(f"{path}: cannot write the ledger: {exc.strerror or exc}") from exc
 
