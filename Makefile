@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_FLAGS ?=
 
-.PHONY: help venv lint test test-unit test-lab test-integration demo lab-up lab-down lab-status clean
+.PHONY: help venv lint test test-unit test-lab test-integration demo demo-summary lab-up lab-down lab-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -54,8 +54,22 @@ lab-down: venv ## remove every container, process and file the lab made
 lab-status: venv ## say what of the lab is running
 	$(PY) -m sglfleet.testing.lab status
 
-demo: venv lab-up ## the main job end to end on the lab
-	$(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml
+DEMO_OUT := out/lab
+
+demo: venv lab-up ## the main job end to end on the lab: site.yml, then where the outputs are and the headline numbers
+	@start=$$(date +%s); $(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml; \
+	  echo; echo "site.yml took $$(( $$(date +%s) - start )) s"
+	@$(MAKE) --no-print-directory demo-summary
+
+demo-summary: ## where the demo's outputs are, and the mix and merge reports' headline numbers
+	@echo; echo "== Outputs (controller: $(DEMO_OUT)/; fleet host ct200: /var/lib/sglfleet/)"
+	@echo "  prompts       $(DEMO_OUT)/prompts.jsonl ($$(wc -l < $(DEMO_OUT)/prompts.jsonl) rows; on ct200: /var/lib/sglfleet/prompts.jsonl)"
+	@echo "  results       $(DEMO_OUT)/results.jsonl ($$(wc -l < $(DEMO_OUT)/results.jsonl) rows; on ct200: /var/lib/sglfleet/generated.jsonl + .manifest.json)"
+	@echo "  merged set    $(DEMO_OUT)/merged.jsonl ($$(wc -l < $(DEMO_OUT)/merged.jsonl) rows)"
+	@echo "  reports       $(DEMO_OUT)/mix-report.{md,json} $(DEMO_OUT)/merge-report.{md,json}"
+	@echo "  ledger        ct200:/var/lib/sglfleet/ledger.json (checklist above: ansible-playbook playbooks/status.yml)"
+	@echo; echo "== Prompt mix ($(DEMO_OUT)/mix-report.md)"; sed -n '3p;/^## Category shares/,$$p' $(DEMO_OUT)/mix-report.md
+	@echo; echo "== Merge ($(DEMO_OUT)/merge-report.md)"; sed -n '3,9p;/^## Category shares/,$$p' $(DEMO_OUT)/merge-report.md
 
 clean: lab-down ## lab-down, then remove the venv
 	rm -rf $(VENV)

@@ -1,17 +1,36 @@
 """playbooks/site.yml on the lab, as `make demo` runs it: every phase in order converges CT 200 to a fleet
-of 8 healthy stand-in instances and prints the status table; a second run changes nothing, and
-`--check --diff` on the converged lab reports nothing to change."""
+of 8 healthy stand-in instances, builds the prompt mix on the controller, runs the generation job across
+all 8 instances, merges the answers into the sample training set, and prints the checklist with every
+phase done; a second run changes nothing (the finished job is not run again), and `--check --diff` on
+the converged lab reports nothing to change."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
-from ansible_lab import Ansible, Container, PlaybookRun
+from ansible_lab import REPO, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(1500)
+
+PHASES = ("provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge")
+OUT = REPO / "out/lab"
+EXISTING = REPO / "examples/mix/existing-train.jsonl"
+# inventory/lab/group_vars/fleet/data.yml
+CT_PROMPTS = "/var/lib/sglfleet/prompts.jsonl"
+CT_RESULTS = "/var/lib/sglfleet/generated.jsonl"
+
+
+def _lines(text: str) -> int:
+    return len([line for line in text.splitlines() if line.strip()])
 
 
 @pytest.fixture(scope="module")
 def converged(ct: Container, ansible: Ansible) -> PlaybookRun:
+    # The data phases start from nothing: no controller work dir, no prompts or results in CT 200.
+    shutil.rmtree(OUT, ignore_errors=True)
+    ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
     run = ansible.playbook("playbooks/site.yml", timeout=1200)
     assert run.rc == 0, run.explain()
     print(f"site.yml converged in {run.seconds:.1f} s")
@@ -19,17 +38,49 @@ def converged(ct: Container, ansible: Ansible) -> PlaybookRun:
 
 
 def test_site_brings_every_phase_up_to_a_healthy_fleet(converged: PlaybookRun) -> None:
-    for phase in ("provision", "training_stop", "toolchain", "sglang", "fleet"):
+    for phase in PHASES:
         assert f"│ {phase:<13} │ done" in converged.output, phase
     assert "Instances (8/8 healthy)" in converged.output
     assert "all 8 instances healthy" in converged.output
 
 
+def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, ct: Container) -> None:
+    prompts = (OUT / "prompts.jsonl").read_text()
+    assert ct.out(f"cat {CT_PROMPTS}") == prompts.strip()
+    manifest = json.loads(ct.out(f"cat {CT_RESULTS}.manifest.json"))
+    assert manifest["status"] == "complete", manifest["message"]
+    assert manifest["counts"]["done"] == _lines(prompts) == 120
+    served = {url: stats["ok"] for url, stats in manifest["endpoint_stats"].items()}
+    assert len(served) == 8 and all(ok > 0 for ok in served.values()), served
+    ledger = json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]
+    assert ledger["generate"]["evidence"]["endpoints"] == 8
+    assert ledger["prompts"]["evidence"]["prompts"] == 120
+
+
+def test_the_merged_set_is_the_existing_set_plus_the_kept_answers(
+    converged: PlaybookRun, ct: Container
+) -> None:
+    report = json.loads((OUT / "merge-report.json").read_text())
+    existing = _lines(EXISTING.read_text())
+    kept = report["results_read"] - report["dropped"]
+    assert report["results_read"] == 120
+    assert kept > 0
+    assert report["rows"] == {"existing": existing, "new": kept, "total": existing + kept}
+    merged = (OUT / "merged.jsonl").read_text().splitlines()
+    assert len(merged) == existing + kept
+    assert merged[:existing] == EXISTING.read_text().splitlines()
+    ledger = json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["merge"]["evidence"]
+    assert (ledger["rows_before"], ledger["rows_after"]) == (existing, existing + kept)
+
+
 def test_second_run_changes_nothing(converged: PlaybookRun, ansible: Ansible) -> None:
+    before = (OUT / "merged.jsonl").stat().st_mtime_ns
     again = ansible.playbook("playbooks/site.yml", timeout=1200)
     assert again.rc == 0, again.explain()
     assert again.recap.get("changed") == 0, again.explain()
     assert again.recap.get("failed") == 0
+    assert "lab-demo.service: complete" in again.output
+    assert (OUT / "merged.jsonl").stat().st_mtime_ns == before
     print(f"site.yml re-run in {again.seconds:.1f} s (first run {converged.seconds:.1f} s)")
 
 
