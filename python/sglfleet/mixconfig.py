@@ -47,7 +47,20 @@ class Quota(_Strict):
         return self
 
 
-class SourceConfig(_Strict):
+class _ReadsAFile:
+    """What a source and the existing set derive from their `path`, `format`, `field` and `type` fields
+    (declared by each model, in its own order: annotations here would become fields ahead of theirs)."""
+
+    @property
+    def read_field(self) -> str:
+        return self.field or DEFAULT_FIELD[self.format]
+
+    @property
+    def kind(self) -> SourceType:
+        return self.type or detect_type(self.path)
+
+
+class SourceConfig(_ReadsAFile, _Strict):
     name: str
     path: Path
     format: Format
@@ -92,16 +105,8 @@ class SourceConfig(_Strict):
             return {"share": float(match.group(1)) / 100}
         return value
 
-    @property
-    def read_field(self) -> str:
-        return self.field or DEFAULT_FIELD[self.format]
 
-    @property
-    def kind(self) -> SourceType:
-        return self.type or detect_type(self.path)
-
-
-class ExistingConfig(_Strict):
+class ExistingConfig(_ReadsAFile, _Strict):
     """The existing training set: its prompts are never picked again, and its shares are reported."""
 
     path: Path
@@ -112,14 +117,6 @@ class ExistingConfig(_Strict):
     category_field: str | None = Field(
         "category", description="a row field holding the category; rows without it are classified"
     )
-
-    @property
-    def read_field(self) -> str:
-        return self.field or DEFAULT_FIELD[self.format]
-
-    @property
-    def kind(self) -> SourceType:
-        return self.type or detect_type(self.path)
 
 
 class NearDedupe(_Strict):
