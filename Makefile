@@ -17,10 +17,10 @@ PYTEST_FLAGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml testing/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt -e "python[mix,hf,pve]"
+	$(BIN)/pip install --quiet -r requirements-dev.txt -e "python[mix,hf,pve]" -e "testing[lab]"
 	touch $@
 
 venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfleet (editable)
@@ -46,13 +46,13 @@ test-integration: venv lab-up ## ansible-playbook runs against the lab (needs ro
 test: lint test-unit test-lab test-integration ## every check: lint, unit, lab, integration
 
 lab-up: venv ## bring up the lab (fakepve on 127.0.0.1:8006, the LXC template); a no-op when it is up
-	$(PY) -m sglfleet.testing.lab up
+	$(PY) -m sglfleet_testing.lab up
 
 lab-down: venv ## remove every container, process and file the lab made
-	$(PY) -m sglfleet.testing.lab down
+	$(PY) -m sglfleet_testing.lab down
 
 lab-status: venv ## say what of the lab is running
-	$(PY) -m sglfleet.testing.lab status
+	$(PY) -m sglfleet_testing.lab status
 
 DEMO_OUT := out/lab
 

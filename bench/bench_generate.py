@@ -6,7 +6,7 @@
     .venv/bin/python bench/bench_generate.py rss       # peak RSS of a whole job, 200K prompts vs 20K
     .venv/bin/python bench/bench_generate.py all
 
-Every server is a stand-in (`python -m sglfleet.testing.standin`) on 127.0.0.1.
+Every server is a stand-in (`python -m sglfleet_testing.standin`) on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
+from sglfleet_testing.standin.process import StandinProcess, start_standin
 
-from sglfleet import client
-from sglfleet.formats import GenParams, InputFormat, iter_requests, scan_input
-from sglfleet.generate import ExitCode, GenerateConfig, run
-from sglfleet.progress import LogReporter
-from sglfleet.store import OutputStore, result_line
-from sglfleet.testing.standin.process import StandinProcess, start_standin
+from sglfleet.gen import _client as client
+from sglfleet.gen._engine import ExitCode, GenerateConfig, run
+from sglfleet.gen._formats import GenParams, InputFormat, iter_requests, scan_input
+from sglfleet.gen._progress import LogReporter
+from sglfleet.gen._store import OutputStore, result_line
 
 
 @contextlib.contextmanager

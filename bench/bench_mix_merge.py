@@ -169,12 +169,12 @@ import json, resource, sys, time
 from pathlib import Path
 t = time.perf_counter()
 if sys.argv[1] == "mix":
-    from sglfleet.mix import build_mix
-    from sglfleet.mixconfig import load_config
+    from sglfleet.data._mix import build_mix
+    from sglfleet.data._mixconfig import load_config
     report = build_mix(load_config(Path(sys.argv[2])), Path(sys.argv[3]), Path(sys.argv[4]))
     rows = report.as_dict()["prompts"]
 else:
-    from sglfleet.merge import merge
+    from sglfleet.data._merge import merge
     report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]))
     rows = report.as_dict()["rows"]["total"]
 usage = resource.getrusage(resource.RUSAGE_SELF)

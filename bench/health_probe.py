@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sglfleet import health
-from sglfleet.testing.standin.process import standin_process
+from sglfleet_testing.standin.process import standin_process
+
+from sglfleet.fleet import _health as health
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module fleet_ledger: a thin adapter over sglfleet.ledger."""
+"""Ansible module fleet_ledger: a thin adapter over sglfleet.fleet._ledger."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from sglfleet import ledger as sgl_ledger
+    from sglfleet.fleet import _ledger as sgl_ledger
 except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
     sgl_ledger = None
     _IMPORT_ERROR = str(_exc)

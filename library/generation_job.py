@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module generation_job: a thin adapter over sglfleet.generation_job."""
+"""Ansible module generation_job: a thin adapter over sglfleet.gen._job."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def main() -> None:
     try:
         from pathlib import Path
 
-        from sglfleet import generation_job as job
+        from sglfleet.gen import _job as job
     except ImportError as exc:
         module.fail_json(msg=f"the sglfleet package is not importable on the target: {exc}")
     p = module.params

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module gpu_facts: a thin adapter over sglfleet.gpus."""
+"""Ansible module gpu_facts: a thin adapter over sglfleet.fleet._gpus."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from sglfleet import gpus as sgl_gpus
+    from sglfleet.fleet import _gpus as sgl_gpus
 except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
     sgl_gpus = None
     _IMPORT_ERROR = str(_exc)

@@ -199,9 +199,9 @@ task_log:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from sglfleet.pve.client import Credentials, PveApiError, TaskFailed, TaskTimeout
-    from sglfleet.pve.config import ContainerSpec, SpecError
-    from sglfleet.pve.lxc import STATES, run
+    from sglfleet.pve._client import Credentials, PveApiError, TaskFailed, TaskTimeout
+    from sglfleet.pve._config import ContainerSpec, SpecError
+    from sglfleet.pve._lxc import STATES, run
 
     IMPORT_ERROR = None
 except ImportError as exc:  # pragma: no cover - depends on the interpreter

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module sglang_health: a thin adapter over sglfleet.health."""
+"""Ansible module sglang_health: a thin adapter over sglfleet.fleet._health."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ summary:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from sglfleet import health as sgl_health
+    from sglfleet.fleet import _health as sgl_health
 except ImportError as _exc:  # pragma: no cover - exercised only on a host without the package
     sgl_health = None
     _IMPORT_ERROR = str(_exc)

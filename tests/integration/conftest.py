@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from ansible_lab import CT_HOST, FAKE_NVIDIA_SMI, LAB_LOCK, Ansible, Container, ancestor_holds_lab_lock
 from proxmoxer import ProxmoxAPI
-
-from sglfleet.testing.lab.service import up
-from sglfleet.testing.lab.settings import LabSettings
+from sglfleet_testing.lab.service import up
+from sglfleet_testing.lab.settings import LabSettings
 
 LOCK_WAIT_S = 1800
 CT_VMID = 200

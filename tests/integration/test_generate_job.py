@@ -26,8 +26,8 @@ VMID = 207
 VENV = "/opt/sglfleet"
 pytestmark = pytest.mark.timeout(900)
 
-lab = pytest.importorskip("sglfleet.testing.lab.settings")
-standin = pytest.importorskip("sglfleet.testing.standin.process")
+lab = pytest.importorskip("sglfleet_testing.lab.settings")
+standin = pytest.importorskip("sglfleet_testing.standin.process")
 
 
 @dataclass
@@ -90,8 +90,7 @@ def ct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ct]:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     from proxmoxer import ProxmoxAPI
-
-    from sglfleet.testing.lab.service import up
+    from sglfleet_testing.lab.service import up
 
     settings = lab.LabSettings()
     up(settings, say=lambda line: print(f"lab: {line}"))

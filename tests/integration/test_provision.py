@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglfleet.pve.client import Credentials, PveClient
+from sglfleet.pve._client import Credentials, PveClient
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"

@@ -79,7 +79,7 @@ def test_first_run_installs_the_standin_and_writes_every_fix(target: Target, con
     # torch 2.11.0 from the cu130 index runs CUDA 13.0, the toolchain is 13.2: the override is on
     assert env["NVCC_APPEND_FLAGS"] == "-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK"
     assert not any("$" in value for value in env.values()), env
-    assert "usage" in target.ok(f"{venv}/bin/python -m sglfleet.testing.standin --help").lower()
+    assert "usage" in target.ok(f"{venv}/bin/python -m sglfleet_testing.standin --help").lower()
     phase = target.ledger_phase("sglang")
     assert phase["status"] == "done"
     assert phase["evidence"]["attention_backend"] == "flashinfer"
@@ -99,18 +99,19 @@ def test_sglfleet_is_reinstalled_only_when_its_wheel_content_changes(
     target: Target, converged: PlaybookRun, tmp_path: Path
 ) -> None:
     source = tmp_path / "python"
-    shutil.copytree(
-        ROOT / "python", source, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__", "build")
-    )
-    (source / "sglfleet" / "testing" / "marker_for_reinstall.py").write_text("MARK = 1\n")
+    for tree in ("python", "testing"):
+        shutil.copytree(
+            ROOT / tree, tmp_path / tree, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__", "build")
+        )
+    (tmp_path / "testing" / "sglfleet_testing" / "marker_for_reinstall.py").write_text("MARK = 1\n")
     venv = target.path("sglang", "venv")
-    probe = f"{venv}/bin/python -c 'import sglfleet.testing.marker_for_reinstall'"
+    probe = f"{venv}/bin/python -c 'import sglfleet_testing.marker_for_reinstall'"
 
     changed = target.play(PLAYBOOK, overrides={"sglang_sglfleet_source": str(source)})
     assert changed.rc == 0, changed.explain()
     assert set(changed.changed_tasks()) == {
-        "sglfleet_runtime : Copy the sglfleet wheel to the host",
-        "sglfleet_runtime : Install the package with its dependencies, then force this wheel's content in",
+        "sglfleet_runtime : Copy the wheels to the host",
+        "sglfleet_runtime : Install the packages and their dependencies, then these wheels' content",
         "sglfleet_runtime : Mark what is installed",
     }, changed.changed_tasks()
     assert target.sh(probe).returncode == 0
@@ -120,7 +121,7 @@ def test_sglfleet_is_reinstalled_only_when_its_wheel_content_changes(
 
     back = target.play(PLAYBOOK)
     assert (
-        "sglfleet_runtime : Install the package with its dependencies, then force this wheel's content in"
+        "sglfleet_runtime : Install the packages and their dependencies, then these wheels' content"
         in back.changed_tasks()
     )
     assert target.sh(probe).returncode != 0

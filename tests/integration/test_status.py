@@ -33,7 +33,7 @@ STOP = f"systemctl stop '{UNIT}-*.service'; systemctl reset-failed '{UNIT}-*.ser
 def start_instance(i: int) -> str:
     """The command that starts instance i as a transient unit of its own."""
     return (
-        f"systemd-run --unit={UNIT}-{i} --quiet {MODULE_PYTHON} -m sglfleet.testing.standin {standin_args(i)}"
+        f"systemd-run --unit={UNIT}-{i} --quiet {MODULE_PYTHON} -m sglfleet_testing.standin {standin_args(i)}"
     )
 
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
-
-from sglfleet.testing import trainer
+from sglfleet_testing import trainer
 
 pytestmark = pytest.mark.timeout(300)
 

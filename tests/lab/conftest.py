@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import pytest
 from proxmoxer import ProxmoxAPI
 from proxmoxer.core import ResourceException
-
-from sglfleet.testing.lab.service import up
-from sglfleet.testing.lab.settings import LabSettings
+from sglfleet_testing.lab.service import up
+from sglfleet_testing.lab.settings import LabSettings
 
 VMID = 200
 

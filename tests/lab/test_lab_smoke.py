@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from proxmoxer.core import ResourceException
-
-from sglfleet.testing.lab.container import LxcHost
+from sglfleet_testing.lab.container import LxcHost
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,7 +58,7 @@ def test_lab_up_on_a_running_lab_is_a_no_op(settings):
     pid_before = settings.pidfile.read_text()
     template_mtime = settings.template_path.stat().st_mtime_ns
     done = subprocess.run(
-        [sys.executable, "-m", "sglfleet.testing.lab", "up"],
+        [sys.executable, "-m", "sglfleet_testing.lab", "up"],
         capture_output=True,
         text=True,
         check=False,
@@ -207,7 +206,7 @@ def test_a_restarted_bridge_takes_its_containers_back(ct):
         assert time.monotonic() < deadline, "fakepve did not die"
         time.sleep(0.05)
     done = subprocess.run(
-        [sys.executable, "-m", "sglfleet.testing.lab", "up"],
+        [sys.executable, "-m", "sglfleet_testing.lab", "up"],
         capture_output=True,
         text=True,
         check=False,

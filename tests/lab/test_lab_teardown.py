@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from sglfleet_testing.lab.service import up
 from test_lab_smoke import host_network
-
-from sglfleet.testing.lab.service import up
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,7 +22,7 @@ def lab_processes() -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"sglfleet.testing.lab" in cmdline and b"serve" in cmdline:
+        if b"sglfleet_testing.lab" in cmdline and b"serve" in cmdline:
             out.append(int(proc.name))
     return out
 
@@ -42,7 +41,7 @@ def test_lab_down_removes_what_the_lab_made(ct):
     assert ct.ssh("true").returncode == 0
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "sglfleet.testing.lab", "down", "--keep-template"],
+            [sys.executable, "-m", "sglfleet_testing.lab", "down", "--keep-template"],
             capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -56,7 +55,7 @@ def test_lab_down_removes_what_the_lab_made(ct):
         assert sorted(Path("/sys/fs/cgroup").glob(f"*/lxc.*.{ct.vmid}")) == []
         assert host_network() == network
         status = subprocess.run(
-            [sys.executable, "-m", "sglfleet.testing.lab", "status"],
+            [sys.executable, "-m", "sglfleet_testing.lab", "status"],
             capture_output=True,
             text=True,
             check=False,

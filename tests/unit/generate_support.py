@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sglfleet.testing.standin.process import StandinProcess, start_standin
+from sglfleet_testing.standin.process import StandinProcess, start_standin
 
 
 def write_conversations(path: Path, n: int, prefix: str = "c") -> list[str]:

@@ -17,13 +17,13 @@ from generate_support import (
     write_conversations,
 )
 from rich.console import Console
+from sglfleet_testing.standin.process import StandinProcess
 
 from sglfleet.cli import main as cli_main
-from sglfleet.formats import GenParams
-from sglfleet.generate import ExitCode, GenerateConfig, Outcome, run
-from sglfleet.manifest import load, manifest_path
-from sglfleet.progress import LogReporter, RichReporter
-from sglfleet.testing.standin.process import StandinProcess
+from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, run
+from sglfleet.gen._formats import GenParams
+from sglfleet.gen._manifest import load, manifest_path
+from sglfleet.gen._progress import LogReporter, RichReporter
 
 pytestmark = pytest.mark.timeout(60)
 

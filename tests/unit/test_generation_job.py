@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from generate_support import assert_exactly_once, fleet, write_conversations
 
-from sglfleet import generation_job as job
-from sglfleet.manifest import load, manifest_path
+from sglfleet.gen import _job as job
+from sglfleet.gen._manifest import load, manifest_path
 
 pytestmark = pytest.mark.timeout(60)
 

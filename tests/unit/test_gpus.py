@@ -1,4 +1,4 @@
-"""sglfleet.gpus and the gpu_facts module, on nvidia-smi output text of the reference machine."""
+"""sglfleet.fleet._gpus and the gpu_facts module, on nvidia-smi output text of the reference machine."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
-from sglfleet import gpus
+from sglfleet.fleet import _gpus as gpus
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""sglfleet.health against real HTTP servers on 127.0.0.1, and the sglang_health module."""
+"""sglfleet.fleet._health against real HTTP servers on 127.0.0.1, and the sglang_health module."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
+from sglfleet_testing.standin.process import running_standin, standin_process
 
-from sglfleet import health
-from sglfleet.testing.standin.process import running_standin, standin_process
+from sglfleet.fleet import _health as health
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from sglfleet.testing.lab.container import LxcHost, Shape, set_hostname
-from sglfleet.testing.lab.hostaccess import HostAccess, apt_signed_by, pip_locations
-from sglfleet.testing.lab.settings import LabSettings
-from sglfleet.testing.lab.template import (
+from sglfleet_testing.lab.container import LxcHost, Shape, set_hostname
+from sglfleet_testing.lab.hostaccess import HostAccess, apt_signed_by, pip_locations
+from sglfleet_testing.lab.settings import LabSettings
+from sglfleet_testing.lab.template import (
     DEFAULT_MIRROR,
     MASKED_UNITS,
     host_debian_mirror,

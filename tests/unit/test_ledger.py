@@ -1,4 +1,4 @@
-"""sglfleet.ledger: the phase ledger file, and the fleet_ledger module run as Ansible runs it."""
+"""sglfleet.fleet._ledger: the phase ledger file, and the fleet_ledger module run as Ansible runs it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
-from sglfleet import ledger as lg
+from sglfleet.fleet import _ledger as lg
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,7 +159,7 @@ def test_atomic_write_leaves_no_temp_files_and_old_file_on_failure(tmp_path: Pat
 def test_concurrent_writers_from_processes_lose_no_phase(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     code = (
-        "import sys; from sglfleet.ledger import record_phase; "
+        "import sys; from sglfleet.fleet._ledger import record_phase; "
         "record_phase(sys.argv[1], sys.argv[2], 'done', {'i': int(sys.argv[3])})"
     )
     procs = [

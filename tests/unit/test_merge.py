@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from sglfleet.cli import main
-from sglfleet.dataerrors import DataError
-from sglfleet.merge import merge
-from sglfleet.mix import build_mix
-from sglfleet.mixconfig import load_config
+from sglfleet.data._errors import DataError
+from sglfleet.data._merge import merge
+from sglfleet.data._mix import build_mix
+from sglfleet.data._mixconfig import load_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from sglfleet.adapters import user_text
-from sglfleet.categories import classify
 from sglfleet.cli import main
-from sglfleet.dataerrors import DataError
-from sglfleet.mix import build_mix, custom_id
-from sglfleet.mixconfig import load_config, parse_config
+from sglfleet.data._adapters import user_text
+from sglfleet.data._categories import classify
+from sglfleet.data._errors import DataError
+from sglfleet.data._mix import build_mix, custom_id
+from sglfleet.data._mixconfig import load_config, parse_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sglfleet.adapters import Format, RowError, to_messages
-from sglfleet.categories import classify
-from sglfleet.dataerrors import DataError
-from sglfleet.dedupe import NearDeduper, text_hash
-from sglfleet.mix import build_mix
-from sglfleet.mixconfig import parse_config
-from sglfleet.sources import SourceType, read_rows
+from sglfleet.data._adapters import Format, RowError, to_messages
+from sglfleet.data._categories import classify
+from sglfleet.data._dedupe import NearDeduper, text_hash
+from sglfleet.data._errors import DataError
+from sglfleet.data._mix import build_mix
+from sglfleet.data._mixconfig import parse_config
+from sglfleet.data._sources import SourceType, read_rows
 
 pytestmark = pytest.mark.timeout(60)
 

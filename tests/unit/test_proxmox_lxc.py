@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglfleet.pve.client import Credentials, PveApiError, PveClient
+from sglfleet.pve._client import Credentials, PveApiError, PveClient
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "proxmox_lxc.py"

@@ -1,10 +1,10 @@
-"""sglfleet.pve.config: parsing, normalisation and the desired-vs-current plan (no PVE needed)."""
+"""sglfleet.pve._config: parsing, normalisation and the desired-vs-current plan (no PVE needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sglfleet.pve.config import ContainerSpec, SpecError, parse_mib, plan_update, split_props
+from sglfleet.pve._config import ContainerSpec, SpecError, parse_mib, plan_update, split_props
 
 # What PVE shows for a container created from SPEC_ARGS (values in PVE's own spelling).
 CURRENT = {

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from sglfleet.testing.standin.process import running_standin
-from sglfleet.testing.standin.tokenizer import count_tokens
+from sglfleet_testing.standin.process import running_standin
+from sglfleet_testing.standin.tokenizer import count_tokens
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,10 +11,9 @@ import time
 
 import httpx
 import pytest
-
-from sglfleet.testing.standin.app import CRASH_EXIT_CODE
-from sglfleet.testing.standin.cli import parse_config
-from sglfleet.testing.standin.process import running_standin, standin_process, start_standin
+from sglfleet_testing.standin.app import CRASH_EXIT_CODE
+from sglfleet_testing.standin.cli import parse_config
+from sglfleet_testing.standin.process import running_standin, standin_process, start_standin
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,7 +22,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "fault?"}], "max_
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "sglfleet.testing.standin", *argv]
+    command = [sys.executable, "-m", "sglfleet_testing.standin", *argv]
     return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
 
 

@@ -11,8 +11,7 @@ import time
 import aiohttp
 import httpx
 import pytest
-
-from sglfleet.testing.standin.process import free_port, running_standin
+from sglfleet_testing.standin.process import free_port, running_standin
 
 pytestmark = pytest.mark.timeout(60)
 

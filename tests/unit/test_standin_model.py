@@ -6,10 +6,9 @@ import asyncio
 import itertools
 
 import pytest
-
-from sglfleet.testing.standin.model import DeterministicModel
-from sglfleet.testing.standin.scheduler import Scheduler
-from sglfleet.testing.standin.tokenizer import EOS_TOKEN_ID, VOCAB, count_tokens
+from sglfleet_testing.standin.model import DeterministicModel
+from sglfleet_testing.standin.scheduler import Scheduler
+from sglfleet_testing.standin.tokenizer import EOS_TOKEN_ID, VOCAB, count_tokens
 
 pytestmark = pytest.mark.timeout(30)
 

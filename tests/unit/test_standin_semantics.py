@@ -7,9 +7,8 @@ import json
 
 import httpx
 import pytest
-
-from sglfleet.testing.standin.process import running_standin
-from sglfleet.testing.standin.tokenizer import EOS_TOKEN_ID, count_tokens
+from sglfleet_testing.standin.process import running_standin
+from sglfleet_testing.standin.tokenizer import EOS_TOKEN_ID, count_tokens
 
 pytestmark = pytest.mark.timeout(60)
 

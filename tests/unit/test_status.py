@@ -12,9 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sglfleet_testing.standin.process import standin_argv
 
-from sglfleet import gpus, health, ledger, status
-from sglfleet.testing.standin.process import standin_argv
+from sglfleet.fleet import _gpus as gpus
+from sglfleet.fleet import _health as health
+from sglfleet.fleet import _ledger as ledger
+from sglfleet.fleet import _status as status
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -255,7 +258,7 @@ def test_health_cli_exit_codes(fleet: int) -> None:
 
 
 def test_health_cli_api_key_from_env_is_used(tmp_path: Path) -> None:
-    from sglfleet.testing.standin.process import running_standin
+    from sglfleet_testing.standin.process import running_standin
 
     with running_standin(api_key="k-9", served_model_name=SERVED) as url:
         no_key = json.loads(sglfleet("health", "--json", "--url", url).stdout)["instances"][0]

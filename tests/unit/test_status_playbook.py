@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sglfleet_testing.standin.process import standin_argv
 from test_status import consecutive_free_ports
 
-from sglfleet import health, ledger
-from sglfleet.testing.standin.process import standin_argv
+from sglfleet.fleet import _health as health
+from sglfleet.fleet import _ledger as ledger
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from sglfleet.testing.trainer import render_unit
+from sglfleet_testing.trainer import render_unit
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,7 +21,7 @@ def start(ckpt: Path, *args: str) -> subprocess.Popen[str]:
             sys.executable,
             "-u",
             "-m",
-            "sglfleet.testing.trainer",
+            "sglfleet_testing.trainer",
             "--checkpoint",
             str(ckpt),
             "--step-seconds",
@@ -74,7 +73,7 @@ def test_unknown_signal_is_refused(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "sglfleet.testing.trainer",
+            "sglfleet_testing.trainer",
             "--checkpoint",
             str(tmp_path / "c"),
             "--checkpoint-signal",

@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from sglfleet.formats import GenParams
-from sglfleet.generate import ExitCode, GenerateConfig, run
-from sglfleet.progress import reporter_for
+from sglfleet.gen._engine import ExitCode, GenerateConfig, run
+from sglfleet.gen._formats import GenParams
+from sglfleet.gen._progress import reporter_for
 
 EPILOG = """\
 exit codes: 0 every request has its result; 3 done, with permanent failures (OUT.errors.jsonl);

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sglfleet import health
-from sglfleet.status import FleetStatus, instance_table, join_gpu_memory
+from sglfleet.fleet import _health as health
+from sglfleet.fleet._status import FleetStatus, instance_table, join_gpu_memory
 
 API_KEY_ENV = "SGLFLEET_API_KEY"
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglfleet.dataerrors import DataError
-from sglfleet.merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
+from sglfleet.data._errors import DataError
+from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
 
 
 def _reasons(value: str) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglfleet.dataerrors import DataError
+from sglfleet.data._errors import DataError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the mix extra (numpy, datasketch, pyarrow) is not on the fleet hosts, and every
     # other subcommand must start without it.
     try:
-        from sglfleet.mix import build_mix
-        from sglfleet.mixconfig import load_config
+        from sglfleet.data._mix import build_mix
+        from sglfleet.data._mixconfig import load_config
     except ImportError as exc:
         print(
             f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",

@@ -7,9 +7,9 @@
 - `lxc`: `ensure(client, spec, state, check_mode)`: create / update / start / stop / destroy.
 """
 
-from sglfleet.pve.client import PveApiError, PveClient, TaskFailed
-from sglfleet.pve.config import ContainerSpec, SpecError
-from sglfleet.pve.lxc import EnsureResult, ensure
+from sglfleet.pve._client import PveApiError, PveClient, TaskFailed
+from sglfleet.pve._config import ContainerSpec, SpecError
+from sglfleet.pve._lxc import EnsureResult, ensure
 
 __all__ = [
     "ContainerSpec",

@@ -1,0 +1,28 @@
+"""The generation engine: a resumable, exactly-once batch job across every SGLang instance.
+
+- `engine`: `run(GenerateConfig)`, the job itself, and its `ExitCode`s.
+- `formats`: the input lines (OpenAI batch, chat, prompt) and the sampling parameters.
+- `store` / `manifest`: the output and errors files and the manifest that makes a rerun resume.
+- `dispatch` / `client`: fewest-in-flight dispatch over endpoints, and the HTTP attempts.
+- `progress`: what a running job prints.
+- `job`: the job as a systemd unit on a fleet host (what the `generation_job` module drives).
+"""
+
+from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config, run
+from sglfleet.gen._formats import GenParams, InputFormat
+from sglfleet.gen._manifest import Manifest, ManifestError
+from sglfleet.gen._progress import Reporter, reporter_for
+
+__all__ = [
+    "ExitCode",
+    "GenParams",
+    "GenerateConfig",
+    "InputFormat",
+    "Manifest",
+    "ManifestError",
+    "Outcome",
+    "Reporter",
+    "check_config",
+    "reporter_for",
+    "run",
+]

@@ -1,0 +1,241 @@
+"""A generation job as a transient systemd unit (``sglfleet-gen-<name>``), idempotent by name.
+
+What the ``generation_job`` Ansible module does, kept here so it can be tested without Ansible:
+
+* :func:`observe` reads the unit's state (``systemctl show``) and the job's manifest;
+* :func:`decide` says what to do about it: a running job is left alone (progress reported); a
+  complete one too (its summary); a failed, stopped or never-started one is started, and resumes
+  where it stopped (the engine's exactly-once output guarantees that);
+* :func:`start` / :func:`stop` act; :func:`wait` polls until the unit is no longer active.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sglfleet.gen import _manifest as manifest_mod
+from sglfleet.gen._manifest import Manifest
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ACTIVE_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
+COMPLETE = frozenset({"complete", "complete_with_failures"})
+
+
+@dataclasses.dataclass
+class JobSpec:
+    name: str
+    input: Path
+    output: Path
+    endpoints: list[str]
+    concurrency: int = 32
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_retries: int = 5
+    request_timeout: float = 600.0
+    grace: float = 30.0
+    force: bool = False
+    api_key: str | None = None
+    env_dir: Path = Path("/run/sglfleet")
+    python: str = sys.executable
+
+    @property
+    def unit(self) -> str:
+        return f"sglfleet-gen-{self.name}.service"
+
+    @property
+    def env_file(self) -> Path:
+        return self.env_dir / f"gen-{self.name}.env"
+
+    def problems(self) -> list[str]:
+        out = []
+        if not NAME_RE.match(self.name):
+            out.append(f"name {self.name!r} must be 1-64 of [A-Za-z0-9_.-], starting with a letter or digit")
+        if not self.input.is_absolute() or not self.output.is_absolute():
+            out.append("input and output must be absolute paths")
+        return out
+
+    def command(self) -> list[str]:
+        """The ``sglfleet generate`` command line the unit runs (the API key travels in the env file)."""
+        argv = [
+            self.python,
+            "-m",
+            "sglfleet",
+            "generate",
+            "--input",
+            str(self.input),
+            "--output",
+            str(self.output),
+        ]
+        for url in self.endpoints:
+            argv += ["--endpoint", url]
+        argv += ["--concurrency", str(self.concurrency), "--max-retries", str(self.max_retries)]
+        argv += ["--request-timeout", str(self.request_timeout), "--grace", str(self.grace)]
+        for flag, value in (
+            ("--model", self.model),
+            ("--max-tokens", self.max_tokens),
+            ("--temperature", self.temperature),
+            ("--top-p", self.top_p),
+        ):
+            if value is not None:
+                argv += [flag, str(value)]
+        if self.force:
+            argv.append("--force")
+        return argv
+
+
+@dataclasses.dataclass
+class Observed:
+    unit_state: str  # systemd ActiveState, "inactive" when the unit is not loaded
+    unit_result: str  # systemd Result ("success", "exit-code", "signal", ...)
+    exit_status: int | None
+    manifest: Manifest | None
+    input_sha256: str | None  # of the input as it is now (only computed when the manifest says complete)
+
+    @property
+    def running(self) -> bool:
+        return self.unit_state in ACTIVE_STATES
+
+
+@dataclasses.dataclass
+class Decision:
+    action: str  # "none", "start", "stop"
+    state: str  # what the job is: running, complete, complete_with_failures, failed, interrupted, absent, ...
+    reason: str
+
+
+Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def observe(spec: JobSpec, runner: Runner = _run) -> Observed:
+    props = _show(spec.unit, runner)
+    status = props.get("ExecMainStatus")
+    m = manifest_mod.load(manifest_mod.manifest_path(spec.output))
+    sha = None
+    if m is not None and m.status in COMPLETE and spec.input.is_file():
+        sha = file_sha256(spec.input)
+    return Observed(
+        unit_state=props.get("ActiveState", "inactive")
+        if props.get("LoadState") != "not-found"
+        else "inactive",
+        unit_result=props.get("Result", ""),
+        exit_status=int(status) if status and status.isdigit() else None,
+        manifest=m,
+        input_sha256=sha,
+    )
+
+
+def _show(unit: str, runner: Runner) -> dict[str, str]:
+    proc = runner(
+        ["systemctl", "show", unit, "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus"]
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"systemctl show {unit} failed: {proc.stderr.strip()}")
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def decide(obs: Observed, wanted: str, retry_failures: bool = False) -> Decision:
+    """What to do, given what is observed and the wanted state (``started`` or ``stopped``)."""
+    m = obs.manifest
+    if wanted == "stopped":
+        if obs.running:
+            return Decision("stop", "running", "the job is running: stop it (it stays resumable)")
+        return Decision("none", m.status if m else "absent", "the job is not running")
+    if obs.running:
+        return Decision("none", "running", "the job is running")
+    if m is not None and m.status in COMPLETE:
+        if obs.input_sha256 is not None and obs.input_sha256 != m.input.sha256:
+            return Decision("start", m.status, "the input changed since the job completed")
+        if m.status == "complete_with_failures" and retry_failures:
+            return Decision("start", m.status, "retrying the permanent failures")
+        return Decision("none", m.status, "the job is complete")
+    if m is None:
+        return Decision("start", "absent", "the job has not run")
+    return Decision("start", m.status, f"the job is {m.status}: start it again, it resumes")
+
+
+def write_env(spec: JobSpec) -> None:
+    """The unit's environment file (mode 0600): the API key stays out of unit properties and argv."""
+    spec.env_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(spec.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        if spec.api_key:
+            fh.write(f"SGLANG_API_KEY={shlex.quote(spec.api_key)}\n")
+
+
+def start(spec: JobSpec, runner: Runner = _run) -> None:
+    write_env(spec)
+    runner(["systemctl", "reset-failed", spec.unit])  # a failed transient unit keeps its name taken
+    argv = [
+        "systemd-run",
+        f"--unit={spec.unit}",
+        f"--description=sglfleet generate {spec.name}",
+        "--property=KillSignal=SIGTERM",
+        f"--property=TimeoutStopSec={int(spec.grace) + 30}",
+        "--property=SuccessExitStatus=3",
+        f"--property=EnvironmentFile={spec.env_file}",
+        "--setenv=PYTHONUNBUFFERED=1",
+        *spec.command(),
+    ]
+    proc = runner(argv)
+    if proc.returncode != 0:
+        raise RuntimeError(f"systemd-run failed: {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def stop(spec: JobSpec, runner: Runner = _run) -> None:
+    proc = runner(["systemctl", "stop", spec.unit])
+    if proc.returncode != 0:
+        raise RuntimeError(f"systemctl stop {spec.unit} failed: {proc.stderr.strip()}")
+
+
+def wait(spec: JobSpec, timeout: float, interval: float = 5.0, runner: Runner = _run) -> Observed:
+    """Poll until the unit is no longer active or ``timeout`` seconds passed; the last observation."""
+    deadline = time.monotonic() + timeout
+    while True:
+        obs = observe(spec, runner)
+        if not obs.running or time.monotonic() >= deadline:
+            return obs
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = _run) -> str:
+    proc = runner(["journalctl", "--unit", spec.unit, "--no-pager", "--output=cat", "-n", str(lines)])
+    return proc.stdout.strip()
+
+
+def summary(obs: Observed) -> dict[str, Any]:
+    """The module's return values: counts, tokens, throughput, status, from the manifest."""
+    m = obs.manifest
+    if m is None:
+        return {"status": "absent", "counts": {}, "tokens": {}, "throughput": {}, "message": ""}
+    return {
+        "status": "running" if obs.running else m.status,
+        "counts": m.counts.model_dump(),
+        "tokens": m.tokens.model_dump(),
+        "throughput": m.throughput.model_dump(),
+        "message": m.message,
+        "timings": m.timings.model_dump(),
+    }

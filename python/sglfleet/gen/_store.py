@@ -1,0 +1,253 @@
+"""The output of a generation job: an append-only OpenAI Batch output file, exactly once by custom_id.
+
+Files, for an output ``OUT``:
+
+* ``OUT``: one OpenAI Batch output line per successful custom_id
+  (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``);
+* ``OUT.errors.jsonl``: the permanent failures of the latest run, same shape with ``error`` set
+  (they are retried by the next run, so the file is started afresh by each run).
+
+Guarantees. Each line is written with a single ``write(2)`` on an ``O_APPEND`` descriptor, so once a
+result is reported written it survives a crash of the process (``kill -9``); the files are
+``fsync``-ed at most every ``fsync_interval`` seconds and when the store closes, so an OS crash or
+power loss loses at most the results of that interval, which the next run regenerates. A crash in
+the middle of a write leaves a torn last line: :meth:`OutputStore.open` cuts it before reading the
+ids already done. An exclusive ``flock`` on ``OUT`` refuses a second writer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sglfleet.gen._ids import IdSet, id_digest
+
+
+class StoreError(RuntimeError):
+    """The output cannot be used (locked by another run, corrupt in the middle, unwritable)."""
+
+
+@dataclass
+class Resumed:
+    """What an existing output already holds."""
+
+    done: IdSet
+    lines: int
+    prompt_tokens: int
+    completion_tokens: int
+    torn_bytes_cut: int
+
+
+def errors_path(output: Path) -> Path:
+    return output.with_name(output.name + ".errors.jsonl")
+
+
+def _compact(raw: bytes) -> bytes | None:
+    """``raw`` as is when it is a single-line JSON object (the common case), else None."""
+    raw = raw.strip()
+    if raw[:1] == b"{" and raw[-1:] == b"}" and b"\n" not in raw and b"\r" not in raw:
+        return raw
+    return None
+
+
+class LineIds:
+    """Batch output line ids, ``batch_req_<run><n>``: unique across runs without a syscall per line."""
+
+    def __init__(self) -> None:
+        self._prefix = "batch_req_" + os.urandom(8).hex()
+        self._n = 0
+
+    def __call__(self) -> str:
+        self._n += 1
+        return f"{self._prefix}{self._n:08x}"
+
+
+def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | None, line_id: str) -> bytes:
+    """A success line. ``raw_body`` (the server's bytes for ``body``) is spliced in when compact."""
+    spliced = _compact(raw_body) if raw_body is not None else None
+    return b"".join(
+        (
+            b'{"id":"',
+            line_id.encode(),
+            b'","custom_id":',
+            orjson.dumps(custom_id),
+            b',"response":{"status_code":200,"request_id":',
+            orjson.dumps(request_id),
+            b',"body":',
+            spliced or orjson.dumps(body),
+            b'},"error":null}\n',
+        )
+    )
+
+
+def error_line(
+    custom_id: str, code: str, message: str, *, status_code: int | None, body: Any, line_id: str
+) -> bytes:
+    """A failure line: ``response`` holds the server's answer when there was one."""
+    record = {
+        "id": line_id,
+        "custom_id": custom_id,
+        "response": None if status_code is None else {"status_code": status_code, "body": body},
+        "error": {"code": code, "message": message},
+    }
+    return orjson.dumps(record) + b"\n"
+
+
+def _parse(raw: bytes) -> tuple[str, int, int] | None:
+    """(custom_id, prompt tokens, completion tokens) of an output line; None if it is not one."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
+        return None
+    body = (record.get("response") or {}).get("body")
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return record["custom_id"], 0, 0
+    return record["custom_id"], int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+def _cut_torn_tail(fd: int) -> int:
+    """Truncate whatever follows the last newline (a write cut short); return the bytes cut."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    block = 1 << 16
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        chunk = os.pread(fd, end - start, start)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            keep = start + nl + 1
+            break
+        end = start
+    else:
+        keep = 0
+    if keep < size:
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+    return size - keep
+
+
+class OutputStore:
+    """Open with :meth:`open`, append with :meth:`write_result` / :meth:`write_error`, then :meth:`close`."""
+
+    def __init__(self, output: Path, fsync_interval: float = 1.0) -> None:
+        self.output = Path(output)
+        self.errors_path = errors_path(self.output)
+        self.fsync_interval = fsync_interval
+        self._fd = -1
+        self._err_fd = -1
+        self._dirty = False
+        self._last_sync = 0.0
+        self._line_ids = LineIds()
+
+    def open(self) -> Resumed:
+        """Lock the output, cut a torn last line, read the ids already done, start the errors file."""
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._fd = os.open(self.output, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open output {self.output}: {exc.strerror}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = -1
+            raise StoreError(f"{self.output} is being written by another run (locked)") from None
+        try:
+            cut = _cut_torn_tail(self._fd)
+            resumed = self._read_done(cut)
+            self._err_fd = os.open(
+                self.errors_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644
+            )
+        except BaseException:
+            self.close()
+            raise
+        self._last_sync = time.monotonic()
+        return resumed
+
+    def _read_done(self, cut: int) -> Resumed:
+        done = IdSet()
+        prompt = completion = lines = 0
+        with open(self.output, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                parsed = _parse(raw)
+                if parsed is None:
+                    if fh.peek(1) == b"":  # the last line: written whole but garbage (e.g. power loss)
+                        self._truncate_to(fh.tell() - len(raw))
+                        cut += len(raw)
+                        break
+                    raise StoreError(
+                        f"{self.output} line {number} is not an output record; the file is corrupt "
+                        "(not a torn last line): move it away or repair it"
+                    )
+                cid, p, c = parsed
+                done.add_digest(id_digest(cid))
+                prompt += p
+                completion += c
+                lines += 1
+        done.freeze()
+        if done.repeated:
+            raise StoreError(f"{self.output} holds {len(done.repeated)} custom_id(s) more than once")
+        return Resumed(done, lines, prompt, completion, cut)
+
+    def _truncate_to(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        os.fsync(self._fd)
+
+    @staticmethod
+    def _write(fd: int, line: bytes) -> None:
+        view = memoryview(line)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def add_result(self, custom_id: str, request_id: str, body: Any, raw_body: bytes | None = None) -> None:
+        """Append the success line of ``custom_id`` (``raw_body``: the server's bytes, kept if compact)."""
+        self._write(self._fd, result_line(custom_id, request_id, body, raw_body, self._line_ids()))
+        self._after_write()
+
+    def add_error(
+        self, custom_id: str, code: str, message: str, status_code: int | None = None, body: Any = None
+    ) -> None:
+        """Append the failure line of ``custom_id`` to the errors file."""
+        self._write(
+            self._err_fd,
+            error_line(
+                custom_id, code, message, status_code=status_code, body=body, line_id=self._line_ids()
+            ),
+        )
+        self._after_write()
+
+    def _after_write(self) -> None:
+        self._dirty = True
+        now = time.monotonic()
+        if now - self._last_sync >= self.fsync_interval:
+            self.sync(now)
+
+    def sync(self, now: float | None = None) -> None:
+        if self._dirty:
+            for fd in (self._fd, self._err_fd):
+                if fd >= 0:
+                    os.fsync(fd)
+            self._dirty = False
+        self._last_sync = time.monotonic() if now is None else now
+
+    def close(self) -> None:
+        if self._fd >= 0 or self._err_fd >= 0:
+            self._dirty = True
+            self.sync()
+        for attr in ("_err_fd", "_fd"):
+            fd = getattr(self, attr)
+            if fd >= 0:
+                os.close(fd)  # closing the descriptor releases the flock
+                setattr(self, attr, -1)

@@ -1,0 +1,574 @@
+"""The HTTP API: SGLang 0.5.12's routes on aiohttp.web, backed by the stand-in engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from sglfleet_testing.standin import SGLANG_VERSION
+from sglfleet_testing.standin.config import StandinConfig
+from sglfleet_testing.standin.engine import ContextOverflow, Engine, Job, Result
+from sglfleet_testing.standin.faults import Fault, FaultInjector
+from sglfleet_testing.standin.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequest,
+    SamplingParams,
+    generate_error,
+    openai_error,
+    validation_error,
+)
+from sglfleet_testing.standin.tokenizer import count_tokens, word_of
+
+log = logging.getLogger(__name__)
+
+CRASH_EXIT_CODE = 70
+_DUMPS = json.dumps
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_DUMPS(data).encode(), status=status, content_type="application/json")
+
+
+def _sse(data: Any) -> bytes:
+    return b"data: " + _DUMPS(data).encode() + b"\n\n"
+
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class StandinApp:
+    """The handlers and the little state they share (no globals: one instance per server)."""
+
+    def __init__(self, config: StandinConfig) -> None:
+        self.config = config
+        self.engine = Engine(config)
+        self.faults = FaultInjector(
+            error_rate=config.error_rate,
+            hang_rate=config.hang_rate,
+            crash_after=config.crash_after,
+            seed=config.seed,
+        )
+        self.ready_at = 0.0
+        self.shutting_down = False
+        self._hung: set[asyncio.Task[Any]] = set()
+        self._auth = f"Bearer {config.api_key}" if config.api_key else None
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def build(self) -> web.Application:
+        middlewares = [self._require_api_key] if self._auth else []
+        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024**2)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        get, post = web.get, web.post
+        routes = [
+            get("/health", self.health),
+            get("/health_generate", self.health),
+            get("/model_info", self.model_info),
+            get("/get_model_info", self.model_info),
+            get("/server_info", self.server_info),
+            get("/get_server_info", self.server_info),
+            get("/v1/models", self.models),
+            get("/v1/loads", self.loads),
+            post("/generate", self._generation(self.generate, openai=False)),
+            web.put("/generate", self._generation(self.generate, openai=False)),
+            post("/v1/chat/completions", self._generation(self.chat_completions)),
+            post("/v1/completions", self._generation(self.completions)),
+            get("/flush_cache", self.flush_cache),
+            post("/flush_cache", self.flush_cache),
+        ]
+        if self.config.enable_metrics:
+            routes.append(get("/metrics", self.metrics))
+        app.add_routes(routes)
+        return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self.ready_at = time.monotonic() + self.config.warmup_seconds
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        # Listening sockets are closed already; in-flight requests are left to finish.
+        self.shutting_down = True
+        for task in list(self._hung):
+            task.cancel()
+
+    @web.middleware
+    async def _require_api_key(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        path = request.path
+        if (
+            request.method == "OPTIONS"
+            or path.startswith(("/health", "/metrics"))
+            or request.headers.get("Authorization") == self._auth
+        ):
+            return await handler(request)
+        return _json({"error": "Unauthorized"}, 401)
+
+    def _generation(self, handler: _Handler, *, openai: bool = True) -> _Handler:
+        """Wrap a generation endpoint with the injected faults and the crash counter."""
+
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            fault = self.faults.draw()
+            if fault is Fault.ERROR:
+                message = "Internal server error (injected by --standin-error-rate)."
+                body = (
+                    openai_error(message, 500, "InternalServerError") if openai else generate_error(message)
+                )
+                response = _json(body, 500)
+            elif fault is Fault.HANG:
+                await self._hang()
+                raise AssertionError("unreachable")  # pragma: no cover
+            else:
+                response = await handler(request)
+            if self.faults.answered_one():
+                if not response.prepared:
+                    await response.prepare(request)
+                await response.write_eof()
+                log.error(
+                    "crashing on purpose after %d requests (--standin-crash-after)", self.faults.answered
+                )
+                logging.shutdown()
+                os._exit(CRASH_EXIT_CODE)
+            return response
+
+        return wrapped
+
+    async def _hang(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._hung.add(task)
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            self._hung.discard(task)
+
+    @staticmethod
+    async def _body(request: web.Request, *, require_json: bool) -> Any:
+        if require_json and request.content_type != "application/json":
+            raise _BadRequest(
+                validation_error("Unsupported Media Type: Only 'application/json' is allowed"),
+            )
+        try:
+            return await request.json(loads=json.loads)
+        except ValueError as error:
+            raise _BadRequest(validation_error(f"JSON decode error: {error}")) from None
+
+    # -- native endpoints ----------------------------------------------------------------------
+
+    async def health(self, _request: web.Request) -> web.Response:
+        if self.shutting_down or time.monotonic() < self.ready_at:
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def model_info(self, _request: web.Request) -> web.Response:
+        return _json(
+            {
+                "model_path": self.config.model_path,
+                "tokenizer_path": self.config.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "standin",
+                "architectures": ["StandinForCausalLM"],
+            }
+        )
+
+    def _load(self) -> dict[str, Any]:
+        engine = self.engine
+        stats, scheduler, config = engine.stats, engine.scheduler, self.config
+        return {
+            "dp_rank": 0,
+            "num_running_reqs": scheduler.running,
+            "num_waiting_reqs": scheduler.waiting,
+            "num_used_tokens": stats.used_tokens,
+            "max_total_num_tokens": config.max_total_num_tokens,
+            "token_usage": round(stats.used_tokens / config.max_total_num_tokens, 4),
+            "gen_throughput": round(stats.gen_throughput(), 2),
+            "cache_hit_rate": round(stats.cache_hit_rate(), 4),
+            "utilization": (
+                round(scheduler.running / config.max_running_requests, 4)
+                if config.max_running_requests
+                else 0.0
+            ),
+            "max_running_requests": config.max_running_requests or 0,
+        }
+
+    async def server_info(self, _request: web.Request) -> web.Response:
+        load = self._load()
+        starting = time.monotonic() < self.ready_at
+        return _json(
+            {
+                **self.config.server_args(),
+                "status": "starting" if starting else ("shutting_down" if self.shutting_down else "ready"),
+                "max_total_num_tokens": self.config.max_total_num_tokens,
+                "max_req_input_len": self.config.context_length - 1,
+                "internal_states": [
+                    {
+                        "num_running_reqs": load["num_running_reqs"],
+                        "num_waiting_reqs": load["num_waiting_reqs"],
+                        "token_usage": load["token_usage"],
+                        "last_gen_throughput": load["gen_throughput"],
+                    }
+                ],
+                "version": SGLANG_VERSION,
+                "standin": self.config.standin_args(),
+            }
+        )
+
+    async def models(self, _request: web.Request) -> web.Response:
+        name = self.config.model_name
+        return _json(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "sglang",
+                        "root": name,
+                        "parent": None,
+                        "max_model_len": self.config.context_length,
+                    }
+                ],
+            }
+        )
+
+    async def loads(self, _request: web.Request) -> web.Response:
+        load = self._load()
+        load["num_total_reqs"] = load["num_running_reqs"] + load["num_waiting_reqs"]
+        return _json(
+            {
+                "timestamp": datetime.now(UTC).isoformat(),
+                "version": SGLANG_VERSION,
+                "dp_rank_count": 1,
+                "loads": [load],
+                "aggregate": {
+                    "total_running_reqs": load["num_running_reqs"],
+                    "total_waiting_reqs": load["num_waiting_reqs"],
+                    "total_reqs": load["num_total_reqs"],
+                    "avg_token_usage": load["token_usage"],
+                    "avg_throughput": load["gen_throughput"],
+                    "avg_utilization": load["utilization"],
+                },
+            }
+        )
+
+    async def flush_cache(self, _request: web.Request) -> web.Response:
+        done = self.engine.flush_cache()
+        return web.Response(
+            text="Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+            "waiting requests, the operation will not be performed.)\n",
+            status=200 if done else 400,
+        )
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        assert self.engine.metrics is not None
+        return web.Response(
+            body=self.engine.metrics.render(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    # -- generation ----------------------------------------------------------------------------
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._body(request, require_json=False)
+            req = GenerateRequest.model_validate(body)
+        except _BadRequest as error:
+            return _json(error.body, 400)
+        except ValidationError as error:
+            return _json(validation_error(str(error)), 400)
+        try:
+            jobs, rids = self._generate_jobs(req)
+        except ValueError as error:  # ContextOverflow among others
+            return _json(generate_error(str(error)), 400)
+        if req.stream:
+            if req.is_batch:
+                return _json(generate_error("The stand-in streams single requests only."), 400)
+            return await self._stream_generate(request, jobs[0], rids[0])
+        if not req.is_batch:
+            return _json(self._generate_output(await self.engine.generate(jobs[0]), rids[0]))
+        results = await asyncio.gather(*(self.engine.generate(job) for job in jobs))
+        return _json([self._generate_output(result, rid) for result, rid in zip(results, rids, strict=True)])
+
+    def _generate_jobs(self, req: GenerateRequest) -> tuple[list[Job], list[str]]:
+        if req.text is not None:
+            texts = req.text if isinstance(req.text, list) else [req.text]
+            prompts = [(text, count_tokens(text)) for text in texts]
+        else:
+            assert req.input_ids is not None
+            batch: list[list[int]] = req.input_ids if req.is_batch else [req.input_ids]  # type: ignore[list-item]
+            prompts = [(" ".join(word_of(i) for i in ids), len(ids)) for ids in batch]
+        params = req.sampling_params
+        if isinstance(params, list):
+            if len(params) != len(prompts):
+                raise ValueError("The number of sampling_params must match the number of prompts.")
+            per_prompt = params
+        else:
+            per_prompt = [params or SamplingParams()] * len(prompts)
+        rids = req.rid if isinstance(req.rid, list) else [req.rid or uuid.uuid4().hex]
+        if len(rids) != len(prompts):
+            rids = [uuid.uuid4().hex for _ in prompts]
+        jobs = [
+            self.engine.job(
+                prompt,
+                tokens,
+                sp.max_new_tokens,
+                stop=sp.stops,
+                stop_token_ids=sp.stop_token_ids or (),
+                ignore_eos=sp.ignore_eos,
+                seed=sp.sampling_seed,
+            )
+            for (prompt, tokens), sp in zip(prompts, per_prompt, strict=True)
+        ]
+        return jobs, rids
+
+    @staticmethod
+    def _meta(rid: str, result: Result | None, completion_tokens: int, prompt_tokens: int, elapsed: float):
+        return {
+            "id": rid,
+            "finish_reason": result.completion.finish_reason if result else None,
+            "prompt_tokens": prompt_tokens,
+            "weight_version": "default",
+            "total_retractions": 0,
+            "completion_tokens": completion_tokens,
+            "cached_tokens": result.cached_tokens if result else 0,
+            "e2e_latency": elapsed,
+        }
+
+    def _generate_output(self, result: Result, rid: str) -> dict[str, Any]:
+        completion = result.completion
+        return {
+            "text": completion.text,
+            "output_ids": completion.output_ids,
+            "meta_info": self._meta(
+                rid, result, completion.completion_tokens, result.prompt_tokens, result.e2e_latency
+            ),
+        }
+
+    async def _stream_generate(self, request: web.Request, job: Job, rid: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        start = time.perf_counter()
+        text, ids = "", []
+        async for chunk in self.engine.stream(job):
+            text += chunk.delta
+            ids += chunk.token_ids
+            meta = self._meta(rid, chunk.result, len(ids), job.prompt_tokens, time.perf_counter() - start)
+            await response.write(_sse({"text": text, "output_ids": list(ids), "meta_info": meta}))
+        await response.write(_DONE)
+        return response
+
+    # -- OpenAI-compatible ---------------------------------------------------------------------
+
+    async def _openai_request(self, request: web.Request, model: type[Any]) -> Any:
+        body = await self._body(request, require_json=True)
+        try:
+            return model.model_validate(body)
+        except ValidationError as error:
+            raise _BadRequest(validation_error(str(error))) from None
+
+    @staticmethod
+    def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": None,
+        }
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            req: ChatCompletionRequest = await self._openai_request(request, ChatCompletionRequest)
+            prompt = req.render()
+            job = self.engine.job(
+                prompt,
+                count_tokens(prompt),
+                req.limit,
+                stop=req.stops,
+                stop_token_ids=req.stop_token_ids or (),
+                ignore_eos=req.ignore_eos,
+                seed=req.seed,
+            )
+        except _BadRequest as error:
+            return _json(error.body, 400)
+        except ContextOverflow as error:
+            return _json(openai_error(str(error)), 400)
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if req.stream:
+            return await self._stream_chat(request, req, job, rid, created)
+        result = await self.engine.generate(job)
+        completion = result.completion
+        return _json(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": req.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": completion.text,
+                            "reasoning_content": None,
+                            "tool_calls": None,
+                        },
+                        "logprobs": None,
+                        "finish_reason": completion.finish_type,
+                        "matched_stop": completion.matched,
+                    }
+                ],
+                "usage": self._usage(result.prompt_tokens, completion.completion_tokens),
+                "metadata": {"weight_version": "default"},
+            }
+        )
+
+    async def _stream_chat(
+        self, request: web.Request, req: ChatCompletionRequest, job: Job, rid: str, created: int
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": req.model}
+        role = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        await response.write(_sse({**head, "choices": [role]}))
+        async for chunk in self.engine.stream(job):
+            if chunk.delta:
+                choice = {
+                    "index": 0,
+                    "delta": {"content": chunk.delta},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                await response.write(_sse({**head, "choices": [choice]}))
+            if chunk.result is not None:
+                completion = chunk.result.completion
+                final = {
+                    "index": 0,
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": completion.finish_type,
+                    "matched_stop": completion.matched,
+                }
+                await response.write(_sse({**head, "choices": [final]}))
+                if req.include_usage:
+                    usage = self._usage(chunk.result.prompt_tokens, completion.completion_tokens)
+                    await response.write(_sse({**head, "choices": [], "usage": usage}))
+        await response.write(_DONE)
+        return response
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            req: CompletionRequest = await self._openai_request(request, CompletionRequest)
+            if isinstance(req.prompt, str):
+                prompts = [(req.prompt, count_tokens(req.prompt))]
+            elif isinstance(req.prompt[0], int):
+                prompts = [(" ".join(word_of(i) for i in req.prompt), len(req.prompt))]  # type: ignore[arg-type]
+            else:
+                prompts = [(text, count_tokens(text)) for text in req.prompt]  # type: ignore[arg-type]
+            jobs = [
+                self.engine.job(
+                    prompt,
+                    tokens,
+                    req.max_tokens,
+                    stop=req.stops,
+                    stop_token_ids=req.stop_token_ids or (),
+                    ignore_eos=req.ignore_eos,
+                    seed=req.seed,
+                )
+                for prompt, tokens in prompts
+            ]
+        except _BadRequest as error:
+            return _json(error.body, 400)
+        except ContextOverflow as error:
+            return _json(openai_error(str(error)), 400)
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if req.stream:
+            if len(jobs) != 1:
+                return _json(openai_error("The stand-in streams single prompts only."), 400)
+            return await self._stream_completion(request, req, jobs[0], rid, created)
+        if len(jobs) == 1:
+            results = [await self.engine.generate(jobs[0])]
+        else:
+            results = list(await asyncio.gather(*(self.engine.generate(job) for job in jobs)))
+        return _json(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": req.model,
+                "choices": [
+                    {
+                        "index": index,
+                        "text": result.completion.text,
+                        "logprobs": None,
+                        "finish_reason": result.completion.finish_type,
+                        "matched_stop": result.completion.matched,
+                    }
+                    for index, result in enumerate(results)
+                ],
+                "usage": self._usage(
+                    sum(r.prompt_tokens for r in results),
+                    sum(r.completion.completion_tokens for r in results),
+                ),
+                "metadata": {"weight_version": "default"},
+            }
+        )
+
+    async def _stream_completion(
+        self, request: web.Request, req: CompletionRequest, job: Job, rid: str, created: int
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        head = {"id": rid, "object": "text_completion", "created": created, "model": req.model}
+        async for chunk in self.engine.stream(job):
+            if chunk.delta:
+                choice = {"index": 0, "text": chunk.delta, "logprobs": None, "finish_reason": None}
+                await response.write(_sse({**head, "choices": [choice]}))
+            if chunk.result is not None:
+                completion = chunk.result.completion
+                final = {
+                    "index": 0,
+                    "text": "",
+                    "logprobs": None,
+                    "finish_reason": completion.finish_type,
+                    "matched_stop": completion.matched,
+                }
+                await response.write(_sse({**head, "choices": [final]}))
+                if req.include_usage:
+                    usage = self._usage(chunk.result.prompt_tokens, completion.completion_tokens)
+                    await response.write(_sse({**head, "choices": [], "usage": usage}))
+        await response.write(_DONE)
+        return response
+
+
+class _BadRequest(Exception):
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("message"))
+        self.body = body
+
+
+def build_app(config: StandinConfig) -> web.Application:
+    """The aiohttp application for `config` (used by `server.serve` and in-process tests)."""
+    return StandinApp(config).build()

@@ -1,0 +1,148 @@
+"""A stand-in training job: "trains" until told to stop, then writes its checkpoint and exits.
+
+It plays the part of the job the `training_stop` role must stop gracefully: on SIGTERM (or the
+signal given with ``--checkpoint-signal``) it writes a checkpoint file (atomically: a temporary file
+then a rename) and exits 0. With ``--ignore-sigterm`` it logs the signal and keeps going, so the
+only way to stop it is SIGKILL (and then no checkpoint is written).
+
+The module uses the standard library only, so it runs with any ``python3`` on a target without
+the package installed: copy the file and run ``python3 trainer.py --checkpoint /path``.
+``render_unit`` gives a systemd unit that runs it, for tests that stop a job by unit name.
+
+    python -m sglfleet_testing.trainer --checkpoint /var/tmp/ckpt.json [--ignore-sigterm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Trainer:
+    """The training loop's state: which step it is on and whether it was asked to stop."""
+
+    checkpoint: Path
+    step_seconds: float = 0.1
+    checkpoint_seconds: float = 0.0
+    ignore_signal: bool = False
+    step: int = 0
+    stop_signal: int | None = None
+    started: float = field(default_factory=time.time)
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.ignore_signal:
+            log(f"received {name} at step {self.step}: ignoring it (--ignore-sigterm)")
+            return
+        log(f"received {name} at step {self.step}: writing checkpoint")
+        self.stop_signal = signum
+
+    def run(self) -> int:
+        while self.stop_signal is None:
+            time.sleep(self.step_seconds)
+            self.step += 1
+        time.sleep(self.checkpoint_seconds)  # a real checkpoint takes a while to write
+        write_checkpoint(self.checkpoint, self.checkpoint_payload())
+        log(f"checkpoint written to {self.checkpoint}; exiting")
+        return 0
+
+    def checkpoint_payload(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "signal": signal.Signals(self.stop_signal).name if self.stop_signal else None,
+            "pid": os.getpid(),
+            "started": self.started,
+            "written": time.time(),
+        }
+
+
+def write_checkpoint(path: Path, payload: dict[str, object]) -> None:
+    """Write ``payload`` as JSON to ``path`` atomically, so a reader never sees half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def render_unit(
+    *,
+    script: str,
+    checkpoint: str,
+    python: str = "/usr/bin/python3",
+    description: str = "sglfleet stand-in training job",
+    restart: str = "on-failure",
+    extra_args: Sequence[str] = (),
+) -> str:
+    """A systemd service unit running this trainer (``script`` is where this file was copied to)."""
+    args = " ".join([python, "-u", script, "--checkpoint", checkpoint, *extra_args])
+    return (
+        "[Unit]\n"
+        f"Description={description}\n\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"ExecStart={args}\n"
+        f"Restart={restart}\n"
+        "RestartSec=1\n"
+        # Long enough that systemd itself never kills it during a test: the role must.
+        "TimeoutStopSec=300\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def log(message: str) -> None:
+    print(f"trainer[{os.getpid()}]: {message}", flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sglfleet_testing.trainer",
+        description="A stand-in training job that writes a checkpoint when asked to stop.",
+    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint file written on stop")
+    parser.add_argument("--step-seconds", type=float, default=0.1, help="time one training step takes")
+    parser.add_argument(
+        "--checkpoint-seconds", type=float, default=0.0, help="time writing the checkpoint takes"
+    )
+    parser.add_argument(
+        "--checkpoint-signal",
+        default="SIGTERM",
+        help="signal that makes it checkpoint and exit (default SIGTERM; SIGINT is always one too)",
+    )
+    parser.add_argument(
+        "--ignore-sigterm",
+        action="store_true",
+        help="log the stop signal and keep training: only SIGKILL stops it, and no checkpoint is written",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        stop = signal.Signals[args.checkpoint_signal.upper()]
+    except KeyError:
+        print(f"--checkpoint-signal: unknown signal {args.checkpoint_signal!r}", file=sys.stderr)
+        return 2
+    trainer = Trainer(
+        checkpoint=args.checkpoint,
+        step_seconds=args.step_seconds,
+        checkpoint_seconds=args.checkpoint_seconds,
+        ignore_signal=args.ignore_sigterm,
+    )
+    for signum in {stop, signal.SIGINT}:
+        signal.signal(signum, trainer.on_signal)
+    log(f"training (checkpoint {args.checkpoint}, stops on {stop.name})")
+    return trainer.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
