@@ -98,7 +98,10 @@ def _line_at(path: Path, offset: int) -> int:
 def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, str]], str]:
     """The messages and category of the prompt line at `offset`."""
     fh.seek(offset)
-    row = _json(fh.readline(), f"{path}:{_line_at(path, offset)}")
+    try:
+        row = orjson.loads(fh.readline())
+    except orjson.JSONDecodeError as exc:  # the file changed since it was indexed
+        raise DataError(f"{path}:{_line_at(path, offset)}: not valid JSON: {exc}") from None
 
     def bad(field: str, value: Any, expected: str) -> DataError:
         return DataError(f"{path}:{_line_at(path, offset)}: {field} is {_kind(value)}, expected {expected}")
