@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglfleet.data import _categories
+from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache
 from sglfleet.data._merge import merge
 from sglfleet.data._mix import build_mix
@@ -98,6 +99,26 @@ def test_the_existing_rows_are_copied_through_unchanged(job: dict[str, Path]) ->
     _merge(job, "copied", CategoryCache(job["cache"]))
     out = (job["existing"].parent / "copied.jsonl").read_bytes()
     assert out.startswith(job["existing"].read_bytes())
+
+
+def test_a_big_existing_set_is_classified_by_workers_with_the_same_counts_and_errors(
+    job: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglfleet.data import _merge
+
+    big = job["existing"].parent / "big.jsonl"
+    big.write_text(job["existing"].read_text() * 30)  # 3000 rows
+    monkeypatch.setattr(_merge, "CHUNK_LINES", 128)
+    monkeypatch.setattr(_merge, "PARALLEL_BYTES", 0)
+    serial = _merge.classify_existing(big, "category", workers=1)
+    assert _merge.classify_existing(big, "category", workers=2) == serial
+    assert sum(serial.values()) == 3000 and serial["code"] == 30 * 77
+    lines = big.read_text().splitlines()
+    lines[2500] = '{"category": "code", "junk": 1}'
+    lines[2900] = "not json"
+    big.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"big\.jsonl:2501: row has no field 'conversations'"):
+        _merge.classify_existing(big, "category", workers=2)
 
 
 def test_data_tools_use_orjson_only() -> None:

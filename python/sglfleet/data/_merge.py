@@ -20,8 +20,11 @@ least block + 1 supervised tokens).
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
-from collections.abc import Iterable
+import itertools
+import os
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -36,6 +39,8 @@ from sglfleet.data._report import MergeReport, report_bytes
 
 DEFAULT_MIN_COMPLETION_TOKENS = 17
 DEFAULT_DROP_FINISH_REASONS = ("length",)
+CHUNK_LINES = 8192  # existing rows per classification task
+PARALLEL_BYTES = 16 << 20  # smaller existing sets are classified in this process
 
 
 def _json(line: bytes, where: str) -> Any:
@@ -183,22 +188,59 @@ def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
     return rows, digest.hexdigest()
 
 
-def classify_existing(path: Path, category_field: str | None) -> Counter[str]:
-    """Category counts of an existing set (JSONL conversations); `DataError` at the first bad row."""
+def _count_lines(path: str, first: int, lines: list[bytes], category_field: str | None) -> Counter[str]:
+    """Category counts of some lines of the existing set (`first`: the first one's line number)."""
     counts: Counter[str] = Counter()
+    for number, line in enumerate(lines, first):
+        if line.isspace():
+            continue
+        where = f"{path}:{number}"
+        try:
+            category, _ = existing_category(_json(line, where), Format.SHAREGPT, None, category_field)
+        except RowError as exc:
+            raise DataError(
+                f"{where}: {exc} (the existing set must hold conversations: "
+                '{"conversations": [{"role": "user", "content": ...}, ...]})'
+            ) from None
+        counts[category] += 1
+    return counts
+
+
+def _chunks(path: Path, size: int) -> Iterator[tuple[int, list[bytes]]]:
     with path.open("rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if line.isspace():
-                continue
-            where = f"{path}:{number}"
-            try:
-                category, _ = existing_category(_json(line, where), Format.SHAREGPT, None, category_field)
-            except RowError as exc:
-                raise DataError(
-                    f"{where}: {exc} (the existing set must hold conversations: "
-                    '{"conversations": [{"role": "user", "content": ...}, ...]})'
-                ) from None
-            counts[category] += 1
+        first = 1
+        while lines := list(itertools.islice(fh, size)):
+            yield first, lines
+            first += len(lines)
+
+
+def classify_existing(path: Path, category_field: str | None, workers: int | None = None) -> Counter[str]:
+    """Category counts of an existing set (JSONL conversations); `DataError` at the first bad row.
+
+    Big files are classified by `workers` processes (default: the CPUs, at most 8), chunk by chunk
+    with a bounded number of chunks in flight, so memory stays bounded; the first bad row (in file
+    order) is the one reported.
+    """
+    workers = workers or min(8, os.cpu_count() or 1)
+    if workers <= 1 or path.stat().st_size < PARALLEL_BYTES:
+        return sum(
+            (_count_lines(str(path), f, lines, category_field) for f, lines in _chunks(path, CHUNK_LINES)),
+            Counter(),
+        )
+    counts: Counter[str] = Counter()
+    with ProcessPoolExecutor(workers) as pool:
+        pending: deque[Future[Counter[str]]] = deque()
+        try:
+            for first, lines in _chunks(path, CHUNK_LINES):
+                pending.append(pool.submit(_count_lines, str(path), first, lines, category_field))
+                if len(pending) >= 2 * workers:
+                    counts += pending.popleft().result()
+            while pending:
+                counts += pending.popleft().result()
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
     return counts
 
 
