@@ -121,6 +121,31 @@ def test_a_big_existing_set_is_classified_by_workers_with_the_same_counts_and_er
         _merge.classify_existing(big, "category", workers=2)
 
 
+@pytest.mark.parametrize("block", [1, 2, 7, 64, 1 << 20])
+def test_the_block_copy_drops_blank_lines_and_ends_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    import io
+    import random
+
+    from sglfleet.data import _merge
+
+    monkeypatch.setattr(_merge, "_BLOCK", block)
+    rng = random.Random(block)
+    for _ in range(50):
+        lines = [
+            rng.choice([b"", b" \t", b'{"a": 1}\r', b'{"b": "' + b"x" * rng.randint(0, 90) + b'"}'])
+            for _ in range(30)
+        ]
+        data = b"\n".join(lines) + rng.choice([b"", b"\n"])
+        (tmp_path / "e.jsonl").write_bytes(data)
+        out = io.BytesIO()
+        rows, digest = _merge._copy_existing(tmp_path / "e.jsonl", out)
+        expected = [line.rstrip(b"\n") + b"\n" for line in io.BytesIO(data) if not line.isspace()]
+        assert out.getvalue() == b"".join(expected) and rows == len(expected)
+        assert digest == __import__("hashlib").blake2b(data, digest_size=32).hexdigest()
+
+
 def test_data_tools_use_orjson_only() -> None:
     """One JSON library: the engine's (orjson); the standard library's json is not imported."""
     package = REPO / "python/sglfleet/data"

@@ -20,8 +20,10 @@ least block + 1 supervised tokens).
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import os
+import re
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -174,17 +176,36 @@ def _outcome(result: dict, drop_finish_reasons: Iterable[str], min_tokens: int) 
     return None, content
 
 
+_BLANK_LINE = re.compile(rb"^[ \t\r\x0b\x0c]*$", re.MULTILINE)
+_BLOCK = 1 << 20
+
+
 def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
-    """Copy the non-blank lines of `src` to `out` (each ending in a newline): (rows, content digest)."""
+    """Copy the non-blank lines of `src` to `out` (each ending in a newline): (rows, content digest).
+
+    Block by block: a block of whole lines without a blank one (the usual case) is written as it is."""
     digest = hashlib.blake2b(digest_size=32)
     rows = 0
+    rest = b""
     with src.open("rb") as fh:
-        for line in fh:
-            digest.update(line)
-            if line.isspace():
+        while block := fh.read(_BLOCK):
+            digest.update(block)
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                rest += block
                 continue
-            out.write(line if line.endswith(b"\n") else line + b"\n")
-            rows += 1
+            lines, rest = rest + block[:cut], block[cut:]
+            if _BLANK_LINE.search(lines, 0, len(lines) - 1) is None:
+                out.write(lines)
+                rows += lines.count(b"\n")
+                continue
+            for line in io.BytesIO(lines):  # lines end at b"\n" only, as in the file
+                if not line.isspace():
+                    out.write(line)
+                    rows += 1
+    if rest and not rest.isspace():
+        out.write(rest + b"\n")
+        rows += 1
     return rows, digest.hexdigest()
 
 
