@@ -167,8 +167,8 @@ class LshPlan:
 
     @property
     def bytes_per_row(self) -> int:
-        """What the deduper keeps per row: one byte a permutation (plus 4 for the row's place)."""
-        return self.num_perm + 4
+        """What the deduper keeps per row until `resolve`: its signature, one byte a permutation."""
+        return self.num_perm
 
 
 def _bands_for(threshold: float, num_perm: int) -> tuple[int, int]:
