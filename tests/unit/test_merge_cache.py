@@ -179,3 +179,14 @@ def test_bench_reports_the_childs_own_peak_not_the_parents(job: dict[str, Path],
         text=True,
     )
     assert float(done.stdout.split()[-1]) < 150
+
+
+def test_cli_cache_options(job: dict[str, Path], tmp_path: Path) -> None:
+    from sglfleet.cli import main
+
+    args = ["merge", *(a for k in ("existing", "results", "prompts") for a in (f"--{k}", str(job[k])))]
+    with pytest.raises(SystemExit):  # one or the other
+        main([*args, "--output", str(tmp_path / "a.jsonl"), "--no-cache", "--cache-dir", "x"])
+    assert main([*args, "--output", str(tmp_path / "a.jsonl"), "--no-cache"]) == 0
+    assert main([*args, "--output", str(tmp_path / "b.jsonl"), "--cache-dir", str(tmp_path / "mine")]) == 0
+    assert len(list((tmp_path / "mine/existing").glob("*.json"))) == 1
