@@ -2,7 +2,7 @@
 
 Classifying every row of a million-row training set takes longer than copying it, and `mix` and
 `merge` both need its category shares for their reports. The counts are cached under the file's
-content digest (BLAKE2b-256), the way the rows are read (format, field, category field) and the
+content digest (SHA-256), the way the rows are read (format, field, category field) and the
 classifier's own digest (its rules change → a new key), so that:
 
 - `sglfleet mix` (which reads the set anyway) leaves the counts for `sglfleet merge`, and a second
@@ -51,7 +51,8 @@ def classifier_digest() -> str:
 
 
 def file_digest(path: Path) -> str:
-    digest = hashlib.blake2b(digest_size=32)
+    """SHA-256 of the file's bytes (what `merge` computes while it copies the set)."""
+    digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)

@@ -176,7 +176,7 @@ def _outcome(result: dict, drop_finish_reasons: Iterable[str], min_tokens: int) 
     return None, content
 
 
-_BLANK_LINE = re.compile(rb"^[ \t\r\x0b\x0c]*$", re.MULTILINE)
+_BLANK_LINE = re.compile(rb"\n[ \t\r\x0b\x0c]*\n")  # searched in b"\n" + whole lines
 _BLOCK = 1 << 20
 
 
@@ -184,7 +184,7 @@ def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
     """Copy the non-blank lines of `src` to `out` (each ending in a newline): (rows, content digest).
 
     Block by block: a block of whole lines without a blank one (the usual case) is written as it is."""
-    digest = hashlib.blake2b(digest_size=32)
+    digest = hashlib.sha256()
     rows = 0
     rest = b""
     with src.open("rb") as fh:
@@ -195,7 +195,7 @@ def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
                 rest += block
                 continue
             lines, rest = rest + block[:cut], block[cut:]
-            if _BLANK_LINE.search(lines, 0, len(lines) - 1) is None:
+            if _BLANK_LINE.search(b"\n" + lines) is None:
                 out.write(lines)
                 rows += lines.count(b"\n")
                 continue
