@@ -288,6 +288,9 @@ def merge(
     for label, path in inputs.items():
         if not path.is_file():
             raise DataError(f"{label}: {path}: no such file")
+    manifest = results.with_name(results.name + ".manifest.json")
+    if manifest.exists():
+        inputs["generation manifest"] = manifest
     outputs = {"--output": output}
     reports = report_paths(report_path) if report_path is not None else ()
     outputs |= dict(zip(("--report", "--report (its .json)"), reports, strict=False))
