@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""Scale benchmark of `sglfleet mix` and `sglfleet merge`: time and peak RSS at full size and at 1/10.
+"""Benchmarks of `sglfleet mix` and `sglfleet merge`, each measured side by side in one run.
 
-Full size is the reference job: a 1M-row existing training set (77% code, conversation format) and
-300K candidate prompts in three sources (ShareGPT JSONL, OpenAI-messages JSONL, Alpaca Parquet) with
-exact and near duplicates and overlap with the existing set; the mix picks 193K; merge joins 193K
-synthetic results (some failed, some cut by length, some too short) back into the training set.
+1. Near-duplicate recall: pairs planted at known Jaccard similarity (word 3-grams), half of them
+   against the existing set; prints recall at >= threshold + 0.05, false drops at <= threshold - 0.1,
+   the unrelated rows dropped, and the memory per row.
+2. Merge against a plain streaming merge (~20 lines, orjson, same drop rules, same rows out: the
+   outputs are compared byte for byte): `sglfleet merge` with the existing set's categories cached
+   (as `sglfleet mix` leaves them) and without (classified in the run). Goal: cached <= 1.5x plain.
+3. (--mix) Mix and merge at two sizes (the reference job: 1M existing rows, 300K candidates, 193K
+   picked), their ratio showing how time and memory grow.
 
-Each run is a fresh subprocess, so its peak RSS is its own. The table prints both sizes side by side
-and their ratios (time and RSS): linear time is a ratio near 10, bounded memory a much smaller one.
+Every timed run is a fresh subprocess; its peak memory is its own VmHWM (ru_maxrss would carry the
+parent's over fork and exec).
 
-    .venv/bin/python bench/bench_mix_merge.py                # full and 1/10 (a few minutes on 2 cores)
-    .venv/bin/python bench/bench_mix_merge.py --scale 0.1    # 1/10 and 1/100 (quick look)
+    .venv/bin/python bench/bench_mix_merge.py                     # recall + merge at 300K + 60K
+    .venv/bin/python bench/bench_mix_merge.py --merge-scale 1     # merge at 1M existing + 200K results
+    .venv/bin/python bench/bench_mix_merge.py --mix --scale 0.1   # adds the mix table at 1/10 and 1/100
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -25,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
@@ -117,7 +124,7 @@ def write_config(root: Path, scale: float, near: bool) -> Path:
         "total": pick,
         "shortfall": "fill",
         "existing": {"path": "existing.jsonl", "format": "sharegpt"},
-        "dedupe": {"near": {"enabled": near, "threshold": 0.8, "num_perm": 64}},
+        "dedupe": {"near": {"enabled": near, "threshold": 0.8}},
         "generation": {"max_tokens": 2048, "temperature": 0.7},
         "sources": [
             {"name": "sharegpt", "path": "sharegpt.jsonl", "format": "sharegpt", "quota": "40%"},
@@ -167,26 +174,280 @@ def make_results(prompts: Path, results: Path) -> int:
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
+
+
+def peak_rss_mib():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 t = time.perf_counter()
 if sys.argv[1] == "mix":
+    from sglfleet.data._existing import CategoryCache
     from sglfleet.data._mix import build_mix
     from sglfleet.data._mixconfig import load_config
-    report = build_mix(load_config(Path(sys.argv[2])), Path(sys.argv[3]), Path(sys.argv[4]))
+    cache = CategoryCache(Path(sys.argv[5]))
+    report = build_mix(load_config(Path(sys.argv[2])), Path(sys.argv[3]), Path(sys.argv[4]), cache=cache)
     rows = report.as_dict()["prompts"]
-else:
+elif sys.argv[1] == "merge":
+    from sglfleet.data._existing import CategoryCache
     from sglfleet.data._merge import merge
-    report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]))
+    cache = CategoryCache(Path(sys.argv[7]) if sys.argv[7] != "-" else None)
+    report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]), cache=cache)
     rows = report.as_dict()["rows"]["total"]
+else:
+    sys.path.insert(0, sys.argv[2])
+    from bench_mix_merge import plain_merge
+    rows = plain_merge(*(Path(a) for a in sys.argv[3:7]))
 usage = resource.getrusage(resource.RUSAGE_SELF)
-cpu = usage.ru_utime + usage.ru_stime
+workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the merge's classification pool, if any
+cpu = usage.ru_utime + usage.ru_stime + workers.ru_utime + workers.ru_stime
 seconds = time.perf_counter() - t
-print(json.dumps({"seconds": seconds, "cpu_s": cpu, "rss_mib": usage.ru_maxrss / 1024, "rows": rows}))
+print(json.dumps({"seconds": seconds, "cpu_s": cpu, "rss_mib": peak_rss_mib(), "rows": rows}))
 """
 
 
 def child(*args: str) -> dict:
+    """Run one measured step in a fresh process; its time, CPU time and own peak RSS (VmHWM)."""
     done = subprocess.run([sys.executable, "-c", CHILD, *args], check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def plain_merge(existing: Path, results: Path, prompts: Path, output: Path) -> int:
+    """The baseline: a plain streaming merge (existing lines copied, results joined to their prompts
+    by custom_id, the same drop rules), no checks and no report. Returns the rows written."""
+    offsets, offset = {}, 0
+    with prompts.open("rb") as fh:
+        for line in fh:
+            offsets[orjson.loads(line)["custom_id"]] = offset
+            offset += len(line)
+    rows, kept = 0, set()
+    with (
+        output.open("wb") as out,
+        existing.open("rb") as src,
+        results.open("rb") as res,
+        prompts.open("rb") as prm,
+    ):
+        for line in src:
+            out.write(line)
+            rows += 1
+        for line in res:
+            r = orjson.loads(line)
+            resp = r.get("response") or {}
+            if r.get("error") or resp.get("status_code") != 200 or r["custom_id"] in kept:
+                continue
+            choice, usage = resp["body"]["choices"][0], resp["body"].get("usage") or {}
+            content = (choice.get("message") or {}).get("content") or ""
+            if choice.get("finish_reason") == "length" or not content.strip():
+                continue
+            if usage.get("completion_tokens", 0) < 17:
+                continue
+            prm.seek(offsets[r["custom_id"]])
+            messages = orjson.loads(prm.readline())["body"]["messages"]
+            conv = [*messages, {"role": "assistant", "content": content}]
+            out.write(
+                orjson.dumps({"id": r["custom_id"], "conversations": conv}, option=orjson.OPT_APPEND_NEWLINE)
+            )
+            kept.add(r["custom_id"])
+            rows += 1
+    return rows
+
+
+# ---- 1. near-duplicate recall ---------------------------------------------------------------------
+
+
+class Words:
+    """Words never used before: every 3-gram of a text built from them is unique to it."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def take(self, k: int) -> list[str]:
+        out = []
+        for _ in range(k):
+            n, word = self.n, ""
+            self.n += 1
+            while True:
+                n, r = divmod(n, 26)
+                word += "abcdefghijklmnopqrstuvwxyz"[r]
+                if not n:
+                    break
+            out.append("q" + word)
+        return out
+
+
+def planted_pair(rng: random.Random, words: Words, jaccard: float, at_least: bool) -> tuple[str, str, float]:
+    """Two texts whose word 3-gram sets have a Jaccard similarity of at least (or at most) `jaccard`,
+    and the exact value: the second is the first with its last m words replaced by fresh ones."""
+    n = rng.randint(40, 240)
+    shingles = n - 2
+    share = shingles * (1 - jaccard) / (1 + jaccard)
+    m = max(1, math.floor(share) if at_least else math.ceil(share))
+    base = words.take(n)
+    other = base[: n - m] + words.take(m)
+    return " ".join(base), " ".join(other), (shingles - m) / (shingles + m)
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak_rss() -> int:
+    """Reset this process's VmHWM to its current RSS (Linux clear_refs "5"); returns the RSS in bytes."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_kib("VmRSS") * 1024
+
+
+def recall_bench(threshold: float, pairs: int, background: int, num_perm: int | None, seed: int = 3) -> dict:
+    """Plant pairs above threshold + 0.05 and below threshold - 0.1 (half of each against the existing
+    set) among unrelated texts; count what the deduper drops."""
+    from sglfleet.data._dedupe import NearDeduper
+
+    rng, words = random.Random(seed), Words()
+    high = [planted_pair(rng, words, rng.uniform(threshold + 0.05, 1.0), True) for _ in range(pairs)]
+    low = [
+        planted_pair(rng, words, rng.uniform(max(0.05, threshold - 0.45), threshold - 0.1), False)
+        for _ in range(pairs)
+    ]
+    planted = [(a, b, j, "high") for a, b, j in high] + [(a, b, j, "low") for a, b, j in low]
+    rng.shuffle(planted)
+    existing_side = planted[: len(planted) // 2]
+    within = planted[len(planted) // 2 :]
+    candidates: list[tuple[str, str]] = []  # (text, what it is)
+    for a, _, _, _ in within:
+        candidates.append((a, "first"))
+    for _ in range(background):
+        candidates.append((" ".join(words.take(rng.randint(20, 200))), "unrelated"))
+    rng.shuffle(candidates)
+    for _, b, _, kind in existing_side + within:
+        candidates.append((b, kind))  # every second text comes after its first
+    before = _reset_peak_rss()
+    t = time.perf_counter()
+    near = NearDeduper(threshold, num_perm)
+    for a, _, _, _ in existing_side:
+        near.add(a, existing=True)
+    for text, _ in candidates:
+        near.add(text)
+    verdicts = near.resolve()
+    seconds = time.perf_counter() - t
+    peak = _status_kib("VmHWM") * 1024 - before
+    dropped = {"high": 0, "low": 0, "unrelated": 0, "first": 0}
+    total = {"high": 0, "low": 0, "unrelated": 0, "first": 0}
+    edge = [0, 0]  # the hardest pairs: threshold + 0.05 .. + 0.07
+    edge_j = dict.fromkeys((b for _, b, j, k in planted if k == "high" and j < threshold + 0.07), True)
+    for (text, kind), verdict in zip(candidates, verdicts, strict=True):
+        total[kind] += 1
+        dropped[kind] += verdict is not None
+        if text in edge_j:
+            edge[0] += verdict is not None
+            edge[1] += 1
+    rows = near.existing + near.candidates
+    return {
+        "plan": near.plan,
+        "recall": dropped["high"] / total["high"],
+        "edge_recall": edge[0] / max(edge[1], 1),
+        "edge_pairs": edge[1],
+        "false_drops": dropped["low"] / total["low"],
+        "unrelated_dropped": dropped["unrelated"] + dropped["first"],
+        "unrelated": total["unrelated"] + total["first"],
+        "pairs": total,
+        "rows": rows,
+        "seconds": seconds,
+        "kept_bytes_per_row": near.nbytes / rows,
+        "peak_bytes_per_row": peak / rows,
+    }
+
+
+def print_recall(threshold: float, pairs: int, background: int) -> None:
+    print(f"## Near duplicates: planted pairs, threshold {threshold}")
+    print()
+    print(
+        "| num_perm | bands x rows | recall, J >= t+0.05 | recall, t+0.05..t+0.07 | false drops, J <= t-0.1 "
+        "| unrelated dropped | bytes/row kept | peak RSS growth/row | s |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for num_perm in (64, None):
+        r = recall_bench(threshold, pairs, background, num_perm)
+        plan = r["plan"]
+        label = f"{plan.num_perm}" + (" (auto)" if num_perm is None else "")
+        print(
+            f"| {label} | {plan.bands} x {plan.rows} | {100 * r['recall']:.2f}% ({r['pairs']['high']}) "
+            f"| {100 * r['edge_recall']:.2f}% ({r['edge_pairs']}) | {100 * r['false_drops']:.2f}% "
+            f"({r['pairs']['low']}) | {r['unrelated_dropped']} of {r['unrelated']} "
+            f"| {r['kept_bytes_per_row']:.0f} | {r['peak_bytes_per_row']:.0f} | {r['seconds']:.1f} |",
+            flush=True,
+        )
+    print()
+
+
+# ---- 2. merge against a plain merge ---------------------------------------------------------------
+
+
+def merge_bench(root: Path, existing_rows: int, results_rows: int, repeat: int) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    rng = random.Random(5)
+    with (root / "existing.jsonl").open("wb") as fh:
+        for i in range(existing_rows):
+            conv = [
+                {"role": "user", "content": prompt_text(rng, code=rng.random() < 0.77)},
+                {"role": "assistant", "content": "Sure. " + phrase(rng)},
+            ]
+            row = {"id": f"train-{i}", "conversations": conv}
+            fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    with (root / "prompts.jsonl").open("wb") as fh:
+        for i in range(results_rows):
+            body = {"messages": [{"role": "user", "content": prompt_text(rng, code=rng.random() < 0.1)}]}
+            line = {"custom_id": f"p-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+            line["metadata"] = {"source": "s", "category": "chat"}
+            fh.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+    make_results(root / "prompts.jsonl", root / "results.jsonl")
+    print(f"  data written in {time.perf_counter() - t:.0f} s", flush=True)
+    paths = [str(root / n) for n in ("existing.jsonl", "results.jsonl", "prompts.jsonl")]
+    here = str(Path(__file__).resolve().parent)
+    cache = root / "cache"
+    runs: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
+    for attempt in range(repeat):  # interleaved, so that other load on the machine hits all alike
+        runs["plain"].append(child("plain", here, *paths, str(root / "plain.jsonl")))
+        if attempt == 0:
+            runs["cold"].append(
+                child("merge", *paths, str(root / "merged-cold.jsonl"), str(root / "cold.md"), str(cache))
+            )
+        runs["warm"].append(
+            child("merge", *paths, str(root / "merged-warm.jsonl"), str(root / "warm.md"), str(cache))
+        )
+    best = {
+        k: {m: min(r[m] for r in v) for m in ("seconds", "cpu_s", "rss_mib", "rows")} for k, v in runs.items()
+    }
+    same = (root / "plain.jsonl").read_bytes() == (root / "merged-warm.jsonl").read_bytes()
+    same_report = (root / "cold.json").read_text().replace("merged-cold", "merged-warm") == (
+        root / "warm.json"
+    ).read_text()
+    print(f"## Merge: {existing_rows:,} existing rows + {results_rows:,} results (best of {repeat})")
+    print()
+    print("| run | wall s | CPU s | peak RSS MiB | rows out | wall vs plain | CPU vs plain |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    plain = best["plain"]
+    for label, r in (
+        ("plain streaming merge", plain),
+        ("sglfleet merge, categories not cached (classifies, then caches; 1 run)", best["cold"]),
+        ("sglfleet merge, categories cached (as after sglfleet mix)", best["warm"]),
+    ):
+        print(
+            f"| {label} | {r['seconds']:.1f} | {r['cpu_s']:.1f} | {r['rss_mib']:.0f} | {r['rows']:,} "
+            f"| {r['seconds'] / plain['seconds']:.2f}x | {r['cpu_s'] / plain['cpu_s']:.2f}x |"
+        )
+    print()
+    print(f"same rows out as the plain merge: {same}; same report cached and not: {same_report}")
+    print()
+
+
+# ---- 3. mix and merge at two sizes ----------------------------------------------------------------
 
 
 def run_size(root: Path, scale: float, near: bool) -> dict[str, dict]:
@@ -195,7 +456,8 @@ def run_size(root: Path, scale: float, near: bool) -> dict[str, dict]:
     counts = make_data(root, scale)
     print(f"  scale {scale:g}: data written in {time.perf_counter() - t:.0f} s {counts}", flush=True)
     config = write_config(root, scale, near)
-    mix = child("mix", str(config), str(root / "prompts.jsonl"), str(root / "mix-report.md"))
+    cache = str(root / "cache")
+    mix = child("mix", str(config), str(root / "prompts.jsonl"), str(root / "mix-report.md"), cache)
     print(f"  scale {scale:g}: mix {mix}", flush=True)
     make_results(root / "prompts.jsonl", root / "results.jsonl")
     merge = child(
@@ -205,24 +467,16 @@ def run_size(root: Path, scale: float, near: bool) -> dict[str, dict]:
         str(root / "prompts.jsonl"),
         str(root / "merged.jsonl"),
         str(root / "merge-report.md"),
+        cache,
     )
     print(f"  scale {scale:g}: merge {merge}", flush=True)
     return {"counts": counts, "mix": mix, "merge": merge}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--scale", type=float, default=1.0, help="the larger size (1.0 = 1M existing, 300K candidates)"
-    )
-    parser.add_argument("--no-near", action="store_true", help="exact dedupe only (no MinHash LSH)")
-    parser.add_argument("--workdir", type=Path, help="keep the data here (default: a temporary directory)")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-mix-") as tmp:
-        root = args.workdir or Path(tmp)
-        big, small = args.scale, args.scale / 10
-        print(f"near dedupe: {'off' if args.no_near else 'on'}; sizes {big:g} and {small:g}", flush=True)
-        results = {s: run_size(root / f"scale-{s:g}", s, not args.no_near) for s in (small, big)}
+def mix_table(root: Path, big: float, near: bool) -> None:
+    small = big / 10
+    print(f"## Mix and merge at two sizes (near dedupe {'on' if near else 'off'})", flush=True)
+    results = {s: run_size(root / f"scale-{s:g}", s, near) for s in (small, big)}
     rows = [
         ("existing rows", lambda r: r["counts"]["existing"], "{:,}"),
         ("candidate prompts", lambda r: r["counts"]["candidates"], "{:,}"),
@@ -241,8 +495,34 @@ def main() -> int:
     for label, get, fmt in rows:
         a, b = get(results[small]), get(results[big])
         print(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {b / a:.2f}x |")
+    print()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threshold", type=float, default=0.8, help="near-dedupe threshold (default 0.8)")
+    parser.add_argument("--pairs", type=int, default=3000, help="planted pairs on each side of the threshold")
+    parser.add_argument("--background", type=int, default=20000, help="unrelated texts among the candidates")
+    parser.add_argument("--merge-scale", type=float, default=0.3, help="1 = 1M existing + 200K results")
+    parser.add_argument("--repeat", type=int, default=3, help="merge runs of each kind (the best counts)")
+    parser.add_argument("--mix", action="store_true", help="also the mix/merge table at two sizes")
+    parser.add_argument("--scale", type=float, default=1.0, help="mix table: larger size, 1 = 1M + 300K")
+    parser.add_argument("--no-near", action="store_true", help="mix table: exact dedupe only")
+    parser.add_argument("--skip-recall", action="store_true")
+    parser.add_argument("--skip-merge", action="store_true")
+    parser.add_argument("--workdir", type=Path, help="keep the data here (default: a temporary directory)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-mix-") as tmp:
+        root = args.workdir or Path(tmp)
+        if not args.skip_recall:
+            print_recall(args.threshold, args.pairs, args.background)
+        if not args.skip_merge:
+            rows = int(EXISTING_ROWS * args.merge_scale)
+            merge_bench(root / f"merge-{args.merge_scale:g}", rows, rows // 5, args.repeat)
+        if args.mix:
+            mix_table(root, args.scale, not args.no_near)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
-    print(f"\n(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average now {' '.join(load)};")
+    print(f"(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average now {' '.join(load)};")
     print(" wall time grows with other load on the machine, CPU time much less.)")
     return 0
 

@@ -1,39 +1,64 @@
-"""Write a file all at once or not at all: a temporary file next to it, renamed over it when done."""
+"""Write files all at once or not at all: temporary files next to them, renamed over them when done.
+
+`atomic_write(path)` writes one file; `atomic_writes(paths)` writes several that belong together
+(a data set and its report): every one is written, flushed and closed before the first rename, so a
+full disk or any other error leaves all of them as they were, with no temporary file behind.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 
 @contextlib.contextmanager
-def atomic_write(path: Path, *, durable: bool = False) -> Iterator[BinaryIO]:
-    """Yield a binary file; on success it replaces `path`, on an exception `path` is left untouched.
+def atomic_writes(paths: Sequence[Path], *, durable: bool = False) -> Iterator[list[BinaryIO]]:
+    """Yield one binary file per path; on success each replaces its path, on an exception none does.
 
-    `durable`: fsync the file before the rename and the directory after it, so that the new content
-    (not just "old or new") survives a power loss once this returns.
+    `durable`: fsync each file before the renames and the directories after them, so that the new
+    content (not just "old or new") survives a power loss once this returns.
     """
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temps: list[str] = []
+    handles: list[BinaryIO] = []
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
-            yield fh
+        for path in paths:
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append(tmp)
+            handles.append(os.fdopen(fd, "wb", buffering=1 << 20))
+        yield handles
+        for handle in handles:  # a full disk shows here at the latest, before anything is renamed
+            handle.flush()
             if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+                os.fsync(handle.fileno())
+            handle.close()
+        for tmp in temps:
+            os.chmod(tmp, 0o644)
+        for tmp, path in zip(temps, paths, strict=True):
+            os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for handle in handles:
+            with contextlib.suppress(OSError):
+                handle.close()
+        for tmp in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
     if durable:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        for directory in dict.fromkeys(p.parent for p in paths):
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path, *, durable: bool = False) -> Iterator[BinaryIO]:
+    """Yield a binary file; on success it replaces `path`, on an exception `path` is left untouched."""
+    with atomic_writes([path], durable=durable) as (handle,):
+        yield handle

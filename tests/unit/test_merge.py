@@ -20,6 +20,12 @@ pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI caches the existing set's categories; keep that cache inside the test's directory."""
+    monkeypatch.setenv("SGLFLEET_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def result(
     cid: str, *, content: str = "word " * 30, tokens: int = 30, finish: str = "stop", status: int = 200
 ) -> dict:

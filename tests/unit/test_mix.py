@@ -22,6 +22,12 @@ pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI caches the existing set's categories; keep that cache inside the test's directory."""
+    monkeypatch.setenv("SGLFLEET_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def write_jsonl(path: Path, rows: list[Any]) -> Path:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -41,7 +47,8 @@ def prompts(prefix: str, n: int) -> list[str]:
     words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november".split()  # noqa: SIM905
     return [
         f"{prefix} question {i}: tell me about {words[i % len(words)]} {words[(i * 7 + 3) % len(words)]} "
-        f"and the number {i * 37 + 11} in {words[(i * 3 + 5) % len(words)]} terms"
+        f"in {prefix} style and the number {i * 37 + 11} in {words[(i * 3 + 5) % len(words)]} terms "
+        f"for {prefix}"
         for i in range(n)
     ]
 

@@ -111,9 +111,10 @@ def test_exact_hash_ignores_case_and_spacing_only() -> None:
 def test_near_deduper_flags_small_edits_not_different_texts() -> None:
     near = NearDeduper(threshold=0.7)
     base = "Describe the life cycle of a star from the nebula stage through to a white dwarf or black hole"
-    assert near.check(base) is None
-    assert near.check(base + " in detail") == "near"
-    assert near.check("List the planets of the solar system in order of their distance from the sun") is None
+    near.add(base)
+    near.add(base + " in detail")
+    near.add("List the planets of the solar system in order of their distance from the sun")
+    assert near.resolve() == [None, "near", None]
 
 
 @pytest.mark.parametrize(

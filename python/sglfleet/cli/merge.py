@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sglfleet.cli.mix import add_cache_arguments, cache_of
 from sglfleet.data._errors import DataError
 from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
 
@@ -44,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="R1,R2",
         help="finish reasons whose answers are dropped (default: length; '' keeps all)",
     )
+    add_cache_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
             args.report,
             min_completion_tokens=args.min_completion_tokens,
             drop_finish_reasons=args.drop_finish_reasons,
+            cache=cache_of(args),
         )
     except DataError as exc:
         print(f"sglfleet merge: error: {exc}", file=sys.stderr)

@@ -22,7 +22,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--report", type=Path, help="report to write (Markdown; the JSON goes next to it as .json)"
     )
     parser.add_argument("--seed", type=int, help="override the config's seed")
+    add_cache_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
+    """--cache-dir / --no-cache: where the existing set's category counts are kept (mix and merge)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="cache of the existing set's category counts, by content digest "
+        "(default: $SGLFLEET_CACHE_DIR, $XDG_CACHE_HOME/sglfleet or ~/.cache/sglfleet)",
+    )
+    group.add_argument("--no-cache", action="store_true", help="classify the existing set every time")
+
+
+def cache_of(args: argparse.Namespace):  # -> CategoryCache (imported lazily with the data package)
+    from sglfleet.data._existing import CategoryCache, cache_dir
+
+    return CategoryCache(None if args.no_cache else (args.cache_dir or cache_dir()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         if args.seed is not None:
             config = config.model_copy(update={"seed": args.seed})
-        report = build_mix(config, args.output, args.report)
+        report = build_mix(config, args.output, args.report, cache=cache_of(args))
     except DataError as exc:
         print(f"sglfleet mix: error: {exc}", file=sys.stderr)
         return 1

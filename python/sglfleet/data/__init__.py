@@ -4,6 +4,9 @@
   fill category quotas, write OpenAI batch lines and a report.
 - `merge`: `merge(...)`: results joined with their prompts, filtered, appended to the existing set.
 - `categories`: the rule-based category of a prompt; `report`: the Markdown and JSON reports.
+- `CategoryCache`: the existing set's category counts by content digest (mix leaves them, merge
+  reuses them); `plan_lsh`: how near duplicates are found for a threshold (permutations, bands,
+  expected recall).
 
 `build_mix` and the mix config need the `mix` extra (numpy, datasketch, pyarrow); they load on first use,
 so that merging works on a host without it.
@@ -13,27 +16,39 @@ from typing import TYPE_CHECKING, Any
 
 from sglfleet.data._categories import CATEGORIES, classify
 from sglfleet.data._errors import DataError
+from sglfleet.data._existing import CategoryCache, cache_dir
 from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
 from sglfleet.data._report import MergeReport, MixReport
 
 if TYPE_CHECKING:
+    from sglfleet.data._dedupe import LshPlan, plan_lsh
     from sglfleet.data._mix import build_mix
     from sglfleet.data._mixconfig import MixConfig, load_config
 
-_LAZY = {"build_mix": "_mix", "MixConfig": "_mixconfig", "load_config": "_mixconfig"}
+_LAZY = {
+    "build_mix": "_mix",
+    "MixConfig": "_mixconfig",
+    "load_config": "_mixconfig",
+    "LshPlan": "_dedupe",
+    "plan_lsh": "_dedupe",
+}
 
 __all__ = [
     "CATEGORIES",
     "DEFAULT_DROP_FINISH_REASONS",
     "DEFAULT_MIN_COMPLETION_TOKENS",
+    "CategoryCache",
     "DataError",
+    "LshPlan",
     "MergeReport",
     "MixConfig",
     "MixReport",
     "build_mix",
+    "cache_dir",
     "classify",
     "load_config",
     "merge",
+    "plan_lsh",
 ]
 
 

@@ -6,6 +6,11 @@ prompts (an id and an offset each), never with text sizes. The existing rows are
 unchanged (the existing set defines the row format); each kept result becomes
 `{"id": custom_id, "conversations": prompt messages + [assistant answer]}`.
 
+The existing set's category shares come from the cache `sglfleet mix` fills (keyed by the file's
+content digest, see `_existing`): then the existing rows are only copied, as fast as a plain stream
+merge. Without a cached entry they are read a second time to be checked (each must be a
+conversation) and classified, and the counts are cached for the next time.
+
 A result is dropped when it failed (an `error`, a status other than 200, no choices), when its
 finish_reason is one of `drop_finish_reasons` (default: length), when the answer is empty, or when
 `usage.completion_tokens` is under `min_completion_tokens` (default 17: a block-16 drafter needs at
@@ -14,26 +19,43 @@ least block + 1 supervised tokens).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+import hashlib
+import io
+import itertools
+import os
+import re
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sglfleet.atomicio import atomic_write
-from sglfleet.data._adapters import Format, RowError, to_messages, user_text
+import orjson
+
+from sglfleet.data._adapters import Format, RowError
 from sglfleet.data._categories import classify
 from sglfleet.data._errors import DataError
-from sglfleet.data._report import MergeReport, write_report
+from sglfleet.data._existing import CategoryCache, existing_category
+from sglfleet.data._outputs import check_outputs, report_paths, written
+from sglfleet.data._report import MergeReport, report_bytes
 
 DEFAULT_MIN_COMPLETION_TOKENS = 17
 DEFAULT_DROP_FINISH_REASONS = ("length",)
+CHUNK_LINES = 8192  # existing rows per classification task
+PARALLEL_BYTES = 16 << 20  # smaller existing sets are classified in this process
 
 
 def _json(line: bytes, where: str) -> Any:
     try:
-        return json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
         raise DataError(f"{where}: not valid JSON: {exc}") from None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else f"a {type(value).__name__}"
+    )
 
 
 def prompts_of(results: Path) -> Path:
@@ -41,13 +63,15 @@ def prompts_of(results: Path) -> Path:
     (`RESULTS.manifest.json`, `input.path`)."""
     manifest = results.with_name(results.name + ".manifest.json")
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data = orjson.loads(manifest.read_bytes())
         path = Path(data["input"]["path"])
     except FileNotFoundError:
         raise DataError(
             f"{results}: no {manifest.name} next to it to name the prompts file; pass --prompts"
         ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+    except OSError as exc:
+        raise DataError(f"{manifest}: cannot read it: {exc.strerror}; pass --prompts") from None
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise DataError(f"{manifest}: no input.path in it ({exc}); pass --prompts") from None
     if not path.is_absolute() and not path.exists():
         path = manifest.parent / path
@@ -72,56 +96,173 @@ def index_prompts(path: Path) -> dict[str, int]:
     return offsets
 
 
+def _line_at(path: Path, offset: int) -> int:
+    """The line number of the byte at `offset` (for errors only: it reads the file up to there)."""
+    with path.open("rb") as fh:
+        return fh.read(offset).count(b"\n") + 1
+
+
 def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, str]], str]:
     """The messages and category of the prompt line at `offset`."""
     fh.seek(offset)
-    row = _json(fh.readline(), f"{path} at byte {offset}")
-    messages = (row.get("body") or {}).get("messages")
-    if not isinstance(messages, list):
-        raise DataError(f"{path} at byte {offset}: custom_id {row.get('custom_id')!r} has no body.messages")
-    category = (row.get("metadata") or {}).get("category")
-    if not isinstance(category, str) or not category:
-        category = classify(user_text(messages))
+    try:
+        row = orjson.loads(fh.readline())
+    except orjson.JSONDecodeError as exc:  # the file changed since it was indexed
+        raise DataError(f"{path}:{_line_at(path, offset)}: not valid JSON: {exc}") from None
+
+    def bad(field: str, value: Any, expected: str) -> DataError:
+        return DataError(f"{path}:{_line_at(path, offset)}: {field} is {_kind(value)}, expected {expected}")
+
+    body = row.get("body")
+    if not isinstance(body, dict):
+        raise bad("body", body, "an object with messages")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("body.messages", messages, "a list of messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise bad(f"body.messages[{i}]", message, "an object")
+        if not isinstance(message.get("role"), str):
+            raise bad(f"body.messages[{i}].role", message.get("role"), "a string")
+        if not isinstance(message.get("content"), str):
+            raise bad(f"body.messages[{i}].content", message.get("content"), "a string")
+    metadata = row.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise bad("metadata", metadata, "an object")
+    category = (metadata or {}).get("category")
+    if category is not None and not isinstance(category, str):
+        raise bad("metadata.category", category, "a string")
+    if not category:
+        category = classify("\n".join(m["content"] for m in messages if m["role"] == "user"))
     return messages, category
 
 
-def _outcome(result: Any, drop_finish_reasons: Iterable[str], min_tokens: int) -> tuple[str | None, str]:
-    """(why the result is dropped or None, the answer text)."""
+def _outcome(result: dict, drop_finish_reasons: Iterable[str], min_tokens: int) -> tuple[str | None, str]:
+    """(why the result is dropped or None, the answer text). A field of the wrong type raises
+    `ValueError("field: is X, expected Y")`; a missing or null one is a drop reason."""
+
+    def expect(field: str, value: Any, kind: type | tuple[type, ...], expected: str) -> Any:
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise ValueError(f"{field} is {_kind(value)}, expected {expected}")
+        return value
+
     if result.get("error"):
         return "failed", ""
-    response = result.get("response")
-    if not isinstance(response, dict) or response.get("status_code") != 200:
+    response = expect("response", result.get("response"), dict, "an object")
+    if response is None or response.get("status_code") != 200:
         return "failed", ""
-    body = response.get("body") or {}
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    body = expect("response.body", response.get("body"), dict, "an object")
+    choices = expect("response.body.choices", (body or {}).get("choices"), list, "a list")
+    if not choices:
         return "failed", ""
-    choice = choices[0]
+    choice = expect("response.body.choices[0]", choices[0], dict, "an object") or {}
     reason = choice.get("finish_reason")
     if isinstance(reason, dict):  # SGLang's native shape {"type": "length", ...}
         reason = reason.get("type")
     if reason in drop_finish_reasons:
         return f"finish_reason_{reason}", ""
-    content = (choice.get("message") or {}).get("content")
-    if not isinstance(content, str) or not content.strip():
+    message = expect("response.body.choices[0].message", choice.get("message"), dict, "an object") or {}
+    content = expect("response.body.choices[0].message.content", message.get("content"), str, "a string")
+    if not content or not content.strip():
         return "empty", ""
-    tokens = (body.get("usage") or {}).get("completion_tokens")
-    if not isinstance(tokens, int):
+    usage = expect("response.body.usage", body.get("usage"), dict, "an object") or {}  # type: ignore[union-attr]
+    tokens = expect(
+        "response.body.usage.completion_tokens", usage.get("completion_tokens"), int, "an integer"
+    )
+    if tokens is None:
         return "no_usage", ""
     if tokens < min_tokens:
         return "too_short", ""
     return None, content
 
 
-def _existing_category(row: Any, where: str, category_field: str | None) -> str:
-    label = row.get(category_field) if category_field and isinstance(row, dict) else None
-    if isinstance(label, str) and label:
-        return label
-    try:
-        messages = to_messages(row, Format.SHAREGPT)
-    except RowError as exc:
-        raise DataError(f"{where}: {exc} (the existing set must be in conversation format)") from None
-    return classify(user_text(messages))
+_BLANK_LINE = re.compile(rb"\n[ \t\r\x0b\x0c]*\n")  # searched in b"\n" + whole lines
+_BLOCK = 1 << 20
+
+
+def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
+    """Copy the non-blank lines of `src` to `out` (each ending in a newline): (rows, content digest).
+
+    Block by block: a block of whole lines without a blank one (the usual case) is written as it is."""
+    digest = hashlib.sha256()
+    rows = 0
+    rest = b""
+    with src.open("rb") as fh:
+        while block := fh.read(_BLOCK):
+            digest.update(block)
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                rest += block
+                continue
+            lines, rest = rest + block[:cut], block[cut:]
+            if _BLANK_LINE.search(b"\n" + lines) is None:
+                out.write(lines)
+                rows += lines.count(b"\n")
+                continue
+            for line in io.BytesIO(lines):  # lines end at b"\n" only, as in the file
+                if not line.isspace():
+                    out.write(line)
+                    rows += 1
+    if rest and not rest.isspace():
+        out.write(rest + b"\n")
+        rows += 1
+    return rows, digest.hexdigest()
+
+
+def _count_lines(path: str, first: int, lines: list[bytes], category_field: str | None) -> Counter[str]:
+    """Category counts of some lines of the existing set (`first`: the first one's line number)."""
+    counts: Counter[str] = Counter()
+    for number, line in enumerate(lines, first):
+        if line.isspace():
+            continue
+        where = f"{path}:{number}"
+        try:
+            category, _ = existing_category(_json(line, where), Format.SHAREGPT, None, category_field)
+        except RowError as exc:
+            raise DataError(
+                f"{where}: {exc} (the existing set must hold conversations: "
+                '{"conversations": [{"role": "user", "content": ...}, ...]})'
+            ) from None
+        counts[category] += 1
+    return counts
+
+
+def _chunks(path: Path, size: int) -> Iterator[tuple[int, list[bytes]]]:
+    with path.open("rb") as fh:
+        first = 1
+        while lines := list(itertools.islice(fh, size)):
+            yield first, lines
+            first += len(lines)
+
+
+def classify_existing(path: Path, category_field: str | None, workers: int | None = None) -> Counter[str]:
+    """Category counts of an existing set (JSONL conversations); `DataError` at the first bad row.
+
+    Big files are classified by `workers` processes (default: the CPUs, at most 8), chunk by chunk
+    with a bounded number of chunks in flight, so memory stays bounded; the first bad row (in file
+    order) is the one reported.
+    """
+    workers = workers or min(8, os.cpu_count() or 1)
+    if workers <= 1 or path.stat().st_size < PARALLEL_BYTES:
+        return sum(
+            (_count_lines(str(path), f, lines, category_field) for f, lines in _chunks(path, CHUNK_LINES)),
+            Counter(),
+        )
+    counts: Counter[str] = Counter()
+    with ProcessPoolExecutor(workers) as pool:
+        pending: deque[Future[Counter[str]]] = deque()
+        try:
+            for first, lines in _chunks(path, CHUNK_LINES):
+                pending.append(pool.submit(_count_lines, str(path), first, lines, category_field))
+                if len(pending) >= 2 * workers:
+                    counts += pending.popleft().result()
+            while pending:
+                counts += pending.popleft().result()
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return counts
 
 
 def merge(
@@ -134,34 +275,45 @@ def merge(
     min_completion_tokens: int = DEFAULT_MIN_COMPLETION_TOKENS,
     drop_finish_reasons: Iterable[str] = DEFAULT_DROP_FINISH_REASONS,
     category_field: str | None = "category",
+    cache: CategoryCache | None = None,
 ) -> MergeReport:
     """Write `output` = the existing rows + the kept results (and the report); nothing on error.
 
-    `prompts=None`: the prompts file named by the results' generation manifest.
+    `prompts=None`: the prompts file named by the results' generation manifest. `cache`: where the
+    existing set's category counts are looked up and stored (None: classify every time).
     """
     if prompts is None:
         prompts = prompts_of(results)
-    for label, path in (("existing set", existing), ("results", results), ("prompts", prompts)):
+    inputs = {"existing set": existing, "results": results, "prompts": prompts}
+    for label, path in inputs.items():
         if not path.is_file():
             raise DataError(f"{label}: {path}: no such file")
-    if output.resolve() in {existing.resolve(), results.resolve(), prompts.resolve()}:
-        raise DataError(f"{output}: the output must not be one of the input files")
+    manifest = results.with_name(results.name + ".manifest.json")
+    if manifest.exists():
+        inputs["generation manifest"] = manifest
+    outputs = {"--output": output}
+    reports = report_paths(report_path) if report_path is not None else ()
+    outputs |= dict(zip(("--report", "--report (its .json)"), reports, strict=False))
+    check_outputs(inputs, outputs)
+    cache = cache or CategoryCache(None)
     drop = tuple(drop_finish_reasons)
     report = MergeReport(str(output), min_completion_tokens=min_completion_tokens, drop_finish_reasons=drop)
     offsets = index_prompts(prompts)
     report.prompts = len(offsets)
     seen: set[str] = set()
     kept: set[str] = set()
-    with atomic_write(output) as out, existing.open("rb") as src:
-        for number, line in enumerate(src, 1):
-            if not line.strip():
-                continue
-            where = f"{existing}:{number}"
-            report.existing[_existing_category(_json(line, where), where, category_field)] += 1
-            out.write(line if line.endswith(b"\n") else line + b"\n")
+    with written([output, *reports]) as (out, *report_files):
+        rows, digest = _copy_existing(existing, out)
+        key = cache.key(digest, Format.SHAREGPT, None, category_field)
+        cached = cache.load(key)
+        if cached is not None and cached[0] == rows:
+            report.existing = cached[1]
+        else:
+            report.existing = classify_existing(existing, category_field)
+            cache.store(key, rows, report.existing, existing)
         with results.open("rb") as res, prompts.open("rb") as prm:
             for number, line in enumerate(res, 1):
-                if not line.strip():
+                if line.isspace():
                     continue
                 where = f"{results}:{number}"
                 result = _json(line, where)
@@ -175,16 +327,19 @@ def merge(
                 if cid in kept:
                     report.dropped["duplicate"] += 1
                     continue
-                reason, content = _outcome(result, drop, min_completion_tokens)
+                try:
+                    reason, content = _outcome(result, drop, min_completion_tokens)
+                except ValueError as exc:
+                    raise DataError(f"{where}: custom_id {cid!r}: {exc}") from None
                 if reason is not None:
                     report.dropped[reason] += 1
                     continue
                 messages, category = _prompt_at(prm, offsets[cid], prompts)
                 row = {"id": cid, "conversations": [*messages, {"role": "assistant", "content": content}]}
-                out.write((json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+                out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 kept.add(cid)
                 report.new[category] += 1
         report.without_result = len(offsets) - len(seen)
-        if report_path is not None:
-            write_report(report, report_path)
+        for handle, data in zip(report_files, report_bytes(report) if reports else (), strict=True):
+            handle.write(data)
     return report

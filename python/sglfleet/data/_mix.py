@@ -3,14 +3,15 @@
 Two streaming passes over each source keep memory bounded by the row count, not the text size:
 pass 1 adapts, filters and dedupes every row and keeps, per surviving row, only its index and a
 seeded 64-bit sampling key; the quota is the rows with the smallest keys (a seeded sample without
-replacement). Pass 2 re-reads the sources and writes the chosen rows in file order. Same config and
-seed → the same bytes. Nothing is written unless the whole mix succeeds.
+replacement). Near duplicates are settled between the passes, all at once (`NearDeduper.resolve`),
+and taken out of the survivors before the quotas are filled. Pass 2 re-reads the sources and writes
+the chosen rows in file order. Same config and seed → the same bytes. Nothing is written unless the
+whole mix succeeds, and no output may be one of the inputs (checked before anything is read).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from array import array
 from collections import Counter
@@ -20,14 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
-from sglfleet.atomicio import atomic_write
 from sglfleet.data._adapters import Message, RowError, fields_read, to_messages, user_text
 from sglfleet.data._categories import classify
 from sglfleet.data._dedupe import ExactDeduper, NearDeduper, frozen_hashes, text_hash
 from sglfleet.data._errors import DataError
+from sglfleet.data._existing import CategoryCache, existing_category, file_digest
 from sglfleet.data._mixconfig import AUTO, ExistingConfig, MixConfig, Shortfall, SourceConfig
-from sglfleet.data._report import MixReport, SourceReport, write_report
+from sglfleet.data._outputs import check_outputs, report_paths, written
+from sglfleet.data._report import MixReport, SourceReport, report_bytes
 from sglfleet.data._sources import read_rows, where
 
 
@@ -85,23 +88,50 @@ def _filter_reason(prompt: Prompt, config: MixConfig) -> str | None:
     return None
 
 
-def scan_existing(existing: ExistingConfig, want_hashes: bool) -> tuple[Counter[str], np.ndarray]:
-    """Category counts of the existing training set, and its prompts' text hashes (sorted, unique)."""
+def scan_existing(
+    existing: ExistingConfig,
+    want_hashes: bool,
+    near: NearDeduper | None = None,
+    cache: CategoryCache | None = None,
+) -> tuple[Counter[str], np.ndarray]:
+    """Category counts of the existing training set, and its prompts' text hashes (sorted, unique).
+
+    `near`: each prompt is offered to it as an existing row. `cache`: the category counts are looked
+    up there by the file's digest (and stored there when missing); every row is still checked.
+    """
+    cache = cache or CategoryCache(None)
+    key = None
+    if cache.directory is not None and existing.path.is_file():
+        key = cache.key(file_digest(existing.path), existing.format, existing.field, existing.category_field)
+    cached = cache.load(key) if key else None
     counts: Counter[str] = Counter()
     hashes = array("Q")
     columns = fields_read(existing.format, existing.read_field)
     if existing.category_field:
         columns += (existing.category_field,)
+    rows = 0
     for index, row in read_rows(existing.path, existing.kind, existing.split, columns):
+        rows += 1
         try:
-            messages = to_messages(row, existing.format, existing.read_field)
+            if cached is None:
+                category, text = existing_category(
+                    row, existing.format, existing.field, existing.category_field
+                )
+                counts[category] += 1
+            else:
+                text = user_text(to_messages(row, existing.format, existing.field))
         except RowError as exc:
             raise DataError(f"existing set: {where(existing.path, existing.kind, index)}: {exc}") from None
-        text = user_text(messages)
-        label = row.get(existing.category_field) if existing.category_field else None
-        counts[label if isinstance(label, str) and label else classify(text)] += 1
         if want_hashes:
             hashes.append(text_hash(text))
+        if near is not None:
+            near.add(text, existing=True)
+    if cached is not None and cached[0] == rows:
+        counts = cached[1]
+    elif cached is not None:  # the file changed while it was read: classify it for real
+        return scan_existing(existing, want_hashes, near=None, cache=None)
+    elif key:
+        cache.store(key, rows, counts, existing.path)
     return counts, frozen_hashes(hashes)
 
 
@@ -206,26 +236,95 @@ def request_line(config: MixConfig, source: str, prompt: Prompt) -> bytes:
         "body": body,
         "metadata": {"source": source, "category": prompt.category},
     }
-    return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def build_mix(config: MixConfig, output: Path, report_path: Path | None = None) -> MixReport:
-    """Run the mix; write `output` (and the report, Markdown + JSON) only when all of it succeeds."""
+def _outputs(config: MixConfig, output: Path, report_path: Path | None) -> list[Path]:
+    """The files the mix writes, after checking that none of them is an input (or cannot be written)."""
+    inputs = {f"source {s.name!r}": s.path for s in config.sources}
+    if config.existing is not None:
+        inputs["existing set"] = config.existing.path
+    if config.origin is not None:
+        inputs["mix config"] = config.origin
+    outputs = {"--output": output}
+    reports = report_paths(report_path) if report_path is not None else ()
+    outputs |= dict(zip(("--report", "--report (its .json)"), reports, strict=False))
+    check_outputs(inputs, outputs)
+    return [output, *reports]
+
+
+def _drop_near(
+    near: NearDeduper,
+    reports: list[SourceReport],
+    survivors: dict[str, tuple[array, array]],
+    offered: dict[str, list[str]],
+) -> None:
+    """Settle the near duplicates and take them out of each source's survivors and counts."""
+    verdicts = near.resolve()
+    start = 0
+    for rep in reports:
+        categories = offered.pop(rep.name)
+        mine = verdicts[start : start + len(categories)]
+        start += len(categories)
+        if not any(mine):
+            continue
+        keys, indices = survivors[rep.name]
+        keep = np.fromiter((v is None for v in mine), dtype=bool, count=len(mine))
+        survivors[rep.name] = (
+            array("Q", np.frombuffer(keys, dtype=np.uint64)[keep].tobytes()),
+            array("Q", np.frombuffer(indices, dtype=np.uint64)[keep].tobytes()),
+        )
+        for verdict, category in zip(mine, categories, strict=True):
+            if verdict is not None:
+                for tally in (rep.total, rep.tally(category)):
+                    tally.duplicates[verdict.value] += 1
+                    tally.available -= 1
+
+
+def _near_note(near: NearDeduper) -> str:
+    plan = near.plan
+    return (
+        f"near dedupe: threshold {plan.threshold:g}, {plan.num_perm} permutations "
+        f"({plan.bands} bands x {plan.rows} rows, confirmed by estimated Jaccard); expected recall "
+        f"{100 * plan.expected_recall:.2f}% at Jaccard {plan.recall_point:.2f}, "
+        f"false drops {100 * plan.expected_false_drops:.2f}% at {plan.false_drop_point:.2f}; "
+        f"{near.existing} existing and {near.candidates} candidate prompts compared, "
+        f"{plan.bytes_per_row} bytes per prompt"
+    )
+
+
+def build_mix(
+    config: MixConfig, output: Path, report_path: Path | None = None, *, cache: CategoryCache | None = None
+) -> MixReport:
+    """Run the mix; write `output` (and the report, Markdown + JSON) only when all of it succeeds.
+
+    `cache`: where the existing set's category counts are looked up and left for `merge`.
+    """
     _preflight(config)
+    paths = _outputs(config, output, report_path)
     quotas = config.quotas()
     dedupe = config.dedupe
+    near = None
+    if dedupe.near.enabled:
+        near = NearDeduper(dedupe.near.threshold, dedupe.near.plan_num_perm())
     existing_counts: Counter[str] = Counter()
     existing_hashes = None
     if config.existing is not None:
-        existing_counts, existing_hashes = scan_existing(config.existing, dedupe.against_existing)
+        existing_counts, existing_hashes = scan_existing(
+            config.existing,
+            dedupe.against_existing,
+            near=near if dedupe.against_existing else None,
+            cache=cache,
+        )
     exact = ExactDeduper(existing_hashes if dedupe.against_existing else None, remember=dedupe.exact)
-    near = NearDeduper(dedupe.near.threshold, dedupe.near.num_perm) if dedupe.near.enabled else None
 
     reports: list[SourceReport] = []
     survivors: dict[str, tuple[array, array]] = {}
+    offered: dict[str, list[str]] = {}  # per source, the category of each prompt offered to `near`
     for source in config.sources:
         rep = SourceReport(source.name, str(source.path), source.format.value, quotas[source.name])
         keys, indices = array("Q"), array("Q")
+        categories: list[str] = []
         for item in source_prompts(source):
             if isinstance(item, tuple):
                 index, exc = item
@@ -249,24 +348,29 @@ def build_mix(config: MixConfig, output: Path, report_path: Path | None = None) 
                 continue
             digest = text_hash(item.text)
             dup = exact.check(digest)
-            if dup is None and near is not None:
-                dup = near.check(item.text)
             if dup is not None:
                 rep.total.duplicates[dup.value] += 1
                 tally.duplicates[dup.value] += 1
                 continue
+            if near is not None:
+                near.add(item.text)
+                categories.append(item.category)
             rep.total.available += 1
             tally.available += 1
             keys.append(_sample_key(config.seed, source.name, item.index, digest))
             indices.append(item.index)
         survivors[source.name] = (keys, indices)
+        offered[source.name] = categories
         reports.append(rep)
 
     notes: list[str] = []
+    if near is not None:
+        _drop_near(near, reports, survivors, offered)
+        notes.append(_near_note(near))
     available = {r.name: r.total.available for r in reports}
     targets = _targets(config, quotas, available, notes)
     report = MixReport(config.seed, str(output), reports, existing_counts, notes)
-    with atomic_write(output) as fh:
+    with written(paths) as (fh, *report_files):
         for source, rep in zip(config.sources, reports, strict=True):
             rep.target = targets[source.name]
             chosen = _choose(*survivors.pop(source.name), rep.target)
@@ -285,6 +389,6 @@ def build_mix(config: MixConfig, output: Path, report_path: Path | None = None) 
                     f"source {source.name!r}: {source.path} changed while the mix ran "
                     f"(wrote {rep.total.chosen} of {rep.target} prompts); run it again"
                 )
-        if report_path is not None:
-            write_report(report, report_path)
+        for handle, data in zip(report_files, report_bytes(report) if report_files else (), strict=True):
+            handle.write(data)
     return report

@@ -6,14 +6,15 @@ report is deterministic: no timestamps, keys in a fixed order, so the same run w
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglfleet.atomicio import atomic_write
+import orjson
+
 from sglfleet.data._categories import CATEGORIES
+from sglfleet.data._outputs import report_paths, written
 
 
 def _ordered(counts: Counter[str]) -> dict[str, int]:
@@ -233,13 +234,16 @@ class MergeReport:
         return "\n".join(lines) + "\n"
 
 
+def report_bytes(report: MixReport | MergeReport) -> tuple[bytes, bytes]:
+    """The Markdown and the JSON report, as written."""
+    data = orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    return report.markdown().encode(), data
+
+
 def write_report(report: MixReport | MergeReport, path: Path) -> tuple[Path, Path]:
-    """Write `path` (Markdown) and the same name with `.json`; returns both paths."""
-    json_path = path.with_suffix(".json")
-    if json_path == path:
-        raise ValueError(f"{path}: the report path must not end in .json (the JSON goes next to it)")
-    with atomic_write(json_path) as fh:
-        fh.write((json.dumps(report.as_dict(), indent=2, ensure_ascii=False) + "\n").encode())
-    with atomic_write(path) as fh:
-        fh.write(report.markdown().encode())
-    return path, json_path
+    """Write `path` (Markdown) and the same name with `.json`, both or neither; returns both paths."""
+    paths = report_paths(path)
+    with written(paths) as handles:
+        for handle, data in zip(handles, report_bytes(report), strict=True):
+            handle.write(data)
+    return paths

@@ -8,11 +8,12 @@ and HF datasets batch by batch. (A JSON array is parsed whole: use JSONL or Parq
 from __future__ import annotations
 
 import enum
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sglfleet.data._errors import DataError
 
@@ -70,22 +71,30 @@ def read_rows(
         yield from _hf(path, split)
 
 
+def _open(path: Path) -> Any:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read it: {exc.strerror}") from None
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open("rb") as fh:
+    with _open(path) as fh:
         for index, line in enumerate(fh):
             if not line.strip():
                 continue
             try:
-                yield index, json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
                 raise DataError(f"{path}:{index + 1}: not valid JSON: {exc}") from None
+            yield index, row
 
 
 def _json(path: Path) -> Iterator[tuple[int, Any]]:
     try:
-        with path.open("rb") as fh:
-            data = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        with _open(path) as fh:
+            data = orjson.loads(fh.read())
+    except orjson.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON: {exc}") from None
     if isinstance(data, dict):
         # {"data": [...]} / {"rows": [...]}: the one list-valued key holds the rows.
