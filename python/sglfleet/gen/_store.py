@@ -3,7 +3,9 @@
 Files, for an output ``OUT``:
 
 * ``OUT``: one OpenAI Batch output line per successful custom_id
-  (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``);
+  (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``; for
+  conversation input also ``"conversations"``: the conversation with its regenerated assistant
+  turns, the row ``sglfleet merge`` writes);
 * ``OUT.errors.jsonl``: the permanent failures of the latest run, same shape with ``error`` set
   (they are retried by the next run, so the file is started afresh by each run).
 
@@ -12,11 +14,13 @@ result is reported written it survives a crash of the process (``kill -9``); the
 ``fsync``-ed at most every ``fsync_interval`` seconds and when the store closes, so an OS crash or
 power loss loses at most the results of that interval, which the next run regenerates. A crash in
 the middle of a write leaves a torn last line: :meth:`OutputStore.open` cuts it before reading the
-ids already done. An exclusive ``flock`` on ``OUT`` refuses a second writer.
+ids already done; a write that fails (a full disk) is cut back at once, so the file never holds
+half a line. An exclusive ``flock`` on ``OUT`` refuses a second writer.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -68,9 +72,18 @@ class LineIds:
         return f"{self._prefix}{self._n:08x}"
 
 
-def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | None, line_id: str) -> bytes:
+def result_line(
+    custom_id: str,
+    request_id: str,
+    body: Any,
+    raw_body: bytes | None,
+    line_id: str,
+    *,
+    conversations: list[dict[str, Any]] | None = None,
+) -> bytes:
     """A success line. ``raw_body`` (the server's bytes for ``body``) is spliced in when compact."""
     spliced = _compact(raw_body) if raw_body is not None else None
+    tail = b"}\n" if conversations is None else b',"conversations":' + orjson.dumps(conversations) + b"}\n"
     return b"".join(
         (
             b'{"id":"',
@@ -81,7 +94,8 @@ def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | No
             orjson.dumps(request_id),
             b',"body":',
             spliced or orjson.dumps(body),
-            b'},"error":null}\n',
+            b'},"error":null',
+            tail,
         )
     )
 
@@ -206,14 +220,36 @@ class OutputStore:
 
     @staticmethod
     def _write(fd: int, line: bytes) -> None:
+        """Append ``line`` whole, or cut back what part of it got written and raise (e.g. ENOSPC)."""
         view = memoryview(line)
-        while view:
-            n = os.write(fd, view)
+        n = os.write(fd, view)  # the common case: one write(2) of the whole line
+        if n == len(line):
+            return
+        start = os.fstat(fd).st_size - n
+        try:
             view = view[n:]
+            while view:
+                n = os.write(fd, view)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
 
-    def add_result(self, custom_id: str, request_id: str, body: Any, raw_body: bytes | None = None) -> None:
+    def add_result(
+        self,
+        custom_id: str,
+        request_id: str,
+        body: Any,
+        raw_body: bytes | None = None,
+        conversations: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Append the success line of ``custom_id`` (``raw_body``: the server's bytes, kept if compact)."""
-        self._write(self._fd, result_line(custom_id, request_id, body, raw_body, self._line_ids()))
+        line = result_line(
+            custom_id, request_id, body, raw_body, self._line_ids(), conversations=conversations
+        )
+        self._write(self._fd, line)
         self._after_write()
 
     def add_error(
