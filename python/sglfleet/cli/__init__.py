@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from sglfleet import __version__
 
 # Order is the order `sglfleet --help` lists them in.
-SUBCOMMANDS: tuple[str, ...] = ("health", "status", "mix", "generate", "merge")
+SUBCOMMANDS: tuple[str, ...] = ("health", "status", "mix", "generate", "job", "merge")
 
 
 def build_parser() -> argparse.ArgumentParser:
