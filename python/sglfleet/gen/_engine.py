@@ -423,6 +423,7 @@ class _ManifestWriter:
                 remaining=stats.remaining,
                 sent_this_run=stats.done_this_run + stats.failed,
                 retries_this_run=stats.retries,
+                resent_this_run=stats.resent,
             ),
             tokens=manifest.Tokens(prompt=stats.prompt_tokens, completion=stats.completion_tokens),
             throughput=manifest.Throughput(
@@ -530,12 +531,17 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     )
     if interrupt.signalled:
         return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    refused = _check_previous(config, scan, previous, mpath)
+    if refused is not None and refused.exit_code is ExitCode.INPUT_CHANGED:
+        if scan.errors:  # the change is the news; its bad lines follow
+            refused.message += f" The input now has {len(scan.errors)} bad line(s) too."
+            refused.input_errors = scan.errors
+        return refused
     if not scan.ok or scan.format is None:
         n = len(scan.errors)
         return Outcome(
             ExitCode.BAD_INPUT, f"{config.input}: {n} bad line{'s' * (n != 1)}; nothing was sent", scan.errors
         )
-    refused = _check_previous(config, scan, previous, mpath)
     if refused is not None:
         return refused
     live = await _preflight(config)

@@ -30,6 +30,7 @@ class Counts(BaseModel):
     remaining: int = 0
     sent_this_run: int = 0
     retries_this_run: int = 0
+    resent_this_run: int = 0  # requests sent to a second endpoint because theirs stalled
 
 
 class Tokens(BaseModel):
