@@ -71,7 +71,15 @@ def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Applicati
                 "object": "chat.completion",
                 "model": "latency-model",
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "reasoning_content": "thought " + key,
+                        },
+                        "finish_reason": "stop",
+                    }
                 ],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25},
             }
