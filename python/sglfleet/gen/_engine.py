@@ -526,8 +526,14 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     except manifest.ManifestError as exc:
         return Outcome(ExitCode.BAD_INPUT, f"{exc}; remove it or choose another output")
     prefix = previous.input.size if previous is not None else None
+    # a resume of the same job: its input was validated by an earlier run, with these settings
+    same_job = previous is not None and previous.params == config.params.record()
     scan = await asyncio.to_thread(
-        scan_input, Path(config.input), all_turns=config.params.turns == "all", prefix_size=prefix
+        scan_input,
+        Path(config.input),
+        all_turns=config.params.turns == "all",
+        prefix_size=prefix,
+        trusted_sha256=previous.input.sha256 if same_job and previous is not None else None,
     )
     if interrupt.signalled:
         return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)

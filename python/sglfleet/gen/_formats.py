@@ -286,12 +286,41 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def scan_input(
-    path: Path, *, all_turns: bool = False, prefix_size: int | None = None, index: bool = True
+    path: Path,
+    *,
+    all_turns: bool = False,
+    prefix_size: int | None = None,
+    index: bool = True,
+    trusted_sha256: str | None = None,
 ) -> ScanResult:
     """Read the whole input once: its hash, size, format, request count, every bad line, and where
     each request is (``index``). ``prefix_size``: also hash the first that many bytes (to tell an
-    input that grew from one that was edited)."""
-    path = Path(path)
+    input that grew from one that was edited).
+
+    ``trusted_sha256``: the hash of an input an earlier run validated with the same settings (a
+    resume): the lines are then only parsed for their ids, not checked again, and should the bytes
+    read turn out not to hash to it, the input is scanned again with every check."""
+    if trusted_sha256 is not None:
+        quick = _scan(Path(path), all_turns, prefix_size, index, validate=False)
+        if quick is not None and quick.sha256 == trusted_sha256:
+            return quick
+    result = _scan(Path(path), all_turns, prefix_size, index, validate=True)
+    assert result is not None
+    return result
+
+
+def _quick_id(raw: bytes, fmt: InputFormat | None) -> tuple[InputFormat, str]:
+    """The format and id of a line known to be valid (KeyError/ValueError/TypeError otherwise)."""
+    obj = orjson.loads(raw)
+    found = InputFormat.BATCH if "custom_id" in obj else InputFormat.CONVERSATION
+    if fmt is not None and found is not fmt:
+        raise ValueError("format changed")
+    return found, obj["custom_id"] if found is InputFormat.BATCH else str(obj["id"])
+
+
+def _scan(
+    path: Path, all_turns: bool, prefix_size: int | None, index: bool, *, validate: bool
+) -> ScanResult | None:
     sha = hashlib.sha256()
     prefix = hashlib.sha256() if prefix_size is not None else None
     result = ScanResult(path=path, format=None, requests=0, sha256="")
@@ -303,11 +332,17 @@ def scan_input(
         start, offset = offset, offset + len(raw)
         if not raw.strip():
             continue
-        try:
-            fmt, cid, _, _ = parse_line(raw, result.format, all_turns)
-        except InvalidLine as exc:
-            result.errors.append(LineError(number, str(exc)))
-            continue
+        if validate:
+            try:
+                fmt, cid, _, _ = parse_line(raw, result.format, all_turns)
+            except InvalidLine as exc:
+                result.errors.append(LineError(number, str(exc)))
+                continue
+        else:
+            try:
+                fmt, cid = _quick_id(raw, result.format)
+            except (orjson.JSONDecodeError, KeyError, ValueError, TypeError):
+                return None  # not what was validated before: check everything
         result.format = result.format or fmt
         result.requests += 1
         result.ids.add(cid)
@@ -319,9 +354,13 @@ def scan_input(
         result.prefix_sha256 = prefix.hexdigest()
     result.ids.freeze()
     if result.ids.repeated:
+        if not validate:
+            return None
         result.errors.extend(_duplicates(path, result.format, result.ids.repeated))
         result.errors.sort(key=lambda e: e.line)
     if result.format is None and not result.errors:
+        if not validate:
+            return None
         result.errors.append(LineError(0, "the input has no requests"))
     return result
 

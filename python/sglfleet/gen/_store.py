@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,8 +114,24 @@ def error_line(
     return orjson.dumps(record) + b"\n"
 
 
+# The lines this module writes start {"id":"batch_req_…","custom_id":"…", and their body's usage is
+# an object of integers: both are found without parsing the (large) line; anything else is parsed.
+_OURS = re.compile(rb'^\{"id":"[^"\\]*","custom_id":("(?:[^"\\]|\\.)*"),"response":\{"status_code":200,')
+_PROMPT = re.compile(rb'"prompt_tokens":\s*(\d+)\s*[,}]')
+_COMPLETION = re.compile(rb'"completion_tokens":\s*(\d+)\s*[,}]')
+
+
 def _parse(raw: bytes) -> tuple[str, int, int] | None:
     """(custom_id, prompt tokens, completion tokens) of an output line; None if it is not one."""
+    ours = _OURS.match(raw)
+    if ours is not None and raw.endswith((b"}\n", b"}")):
+        usage = raw.rfind(b'"usage":')
+        if usage < 0:
+            return orjson.loads(ours.group(1)), 0, 0
+        end = raw.find(b"}", usage)
+        p, c = _PROMPT.search(raw, usage, end + 1), _COMPLETION.search(raw, usage, end + 1)
+        if p is not None and c is not None:
+            return orjson.loads(ours.group(1)), int(p.group(1)), int(c.group(1))
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
