@@ -10,8 +10,8 @@ row) is taken out; a prober asks its ``/health`` until it answers 200 and puts i
 
 An endpoint that stalls (requests in flight, none completed for ``stall_factor`` times its own recent
 latency, at least ``stall_min`` seconds, while another endpoint completes requests: a frozen
-process keeps its sockets open and never answers) is taken out the same way by :meth:`watch`, and
-its ``stalled`` event wakes the requests waiting on it, which then go to another endpoint too.
+process keeps its sockets open and never answers) is found by :meth:`find_stalled` and taken out
+the same way by :meth:`mark_stalled`; the engine then sends its requests to another endpoint too.
 An endpoint that answers 401/403 is taken out for good (a key does not fix itself).
 """
 
@@ -224,14 +224,6 @@ class EndpointPool:
         ep.failures_in_row = 0
         self.take_out(ep)
         ep.stalled.set()
-
-    async def watch(self, interval: float) -> None:
-        """Look for stalled endpoints every ``interval`` seconds (runs until cancelled)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval)
-            for ep in self.find_stalled(loop.time()):
-                self.mark_stalled(ep)
 
     def take_out(self, ep: Endpoint) -> None:
         """Stop sending to ``ep``; a prober puts it back once its ``/health`` answers 200."""

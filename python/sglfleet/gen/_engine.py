@@ -134,6 +134,18 @@ class _Halt(Exception):
         self.code = code
 
 
+@dataclass(eq=False)
+class _Ticket:
+    """An attempt in flight: what :meth:`_Job.watch` needs to send it elsewhere too."""
+
+    url: str
+    body: bytes
+    task: asyncio.Task[Any]
+    settled: bool = False  # the waiting task has its answer (or gave up): nothing more to do
+    hedge: asyncio.Task[None] | None = None
+    won: tuple[client.Attempt, Endpoint] | None = None  # the other endpoint's answer, when it came first
+
+
 @dataclass
 class _Answer:
     """What one request (all its turns) came to."""
@@ -167,6 +179,7 @@ class _Job:
         self.rng = random.Random()
         self.timeout = aiohttp.ClientTimeout(total=config.request_timeout)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.tickets: dict[Endpoint, set[_Ticket]] = {}
 
     def halt(self, fatal: str | None = None, code: ExitCode = ExitCode.FATAL) -> None:
         if fatal and not self.fatal:
@@ -285,39 +298,53 @@ class _Job:
     async def _exchange(
         self, url: str, body: bytes, avoid: Endpoint | None
     ) -> tuple[client.Attempt | None, Endpoint]:
-        """One attempt, hedged: when its endpoint stalls before answering, the same body goes to
-        another endpoint too and the first answer wins (the other attempt is cancelled)."""
+        """One attempt, awaited in this task (no task per request: that costs throughput). Should its
+        endpoint stall meanwhile, :meth:`watch` sends the same body to another endpoint too; when that
+        answers first it cancels this await and its answer is returned instead."""
         ep = await self.pool.acquire(avoid)
         if self.stop.is_set():
             self.pool.release(ep, "cancelled")
             return None, ep
-        running = {asyncio.create_task(self._attempt(ep, url, body)): ep}
-        watching: dict[asyncio.Task[Any], Endpoint] = {asyncio.create_task(ep.stalled.wait()): ep}
+        ticket = _Ticket(url, body, asyncio.current_task())  # type: ignore[arg-type]
+        waiting = self.tickets.setdefault(ep, set())
+        waiting.add(ticket)
         try:
-            while True:
-                done, _ = await asyncio.wait({*running, *watching}, return_when=asyncio.FIRST_COMPLETED)
-                for task in done & running.keys():
-                    a, task_ep = task.result(), running.pop(task)
-                    if a.kind is client.Kind.OK or not running:
-                        return a, task_ep
-                    # one of two attempts failed: the other one may still answer
-                for task in done & watching.keys():
-                    stalled = watching.pop(task)
-                    if stalled not in running.values() or len(running) > 1:
-                        continue
-                    other = await self.pool.acquire(stalled)
-                    if self.stop.is_set():
-                        self.pool.release(other, "cancelled")
-                        continue
-                    self.stats.resent += 1
-                    running[asyncio.create_task(self._attempt(other, url, body))] = other
-                    watching[asyncio.create_task(other.stalled.wait())] = other
+            a = await self._attempt(ep, url, body)
+            ticket.settled = True
+            return a, ep
+        except asyncio.CancelledError:
+            if ticket.won is None:
+                raise
+            ticket.task.uncancel()  # our own cancellation: the other endpoint's answer won
+            return ticket.won
         finally:
-            for task in (*running, *watching):
-                task.cancel()
-            for task in (*running, *watching):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            ticket.settled = True
+            waiting.discard(ticket)
+            if ticket.hedge is not None and not ticket.hedge.done():
+                ticket.hedge.cancel()
+
+    async def watch(self, interval: float) -> None:
+        """Every ``interval`` s: take stalled endpoints out and re-send their requests elsewhere."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            for ep in self.pool.find_stalled(loop.time()):
+                self.pool.mark_stalled(ep)
+                for ticket in list(self.tickets.get(ep, ())):
+                    if ticket.hedge is None and not ticket.settled:
+                        ticket.hedge = asyncio.create_task(self._hedge(ticket, ep))
+
+    async def _hedge(self, ticket: _Ticket, stalled: Endpoint) -> None:
+        other = await self.pool.acquire(stalled)
+        if ticket.settled or self.stop.is_set():
+            self.pool.release(other, "cancelled")
+            return
+        self.stats.resent += 1
+        a = await self._attempt(other, ticket.url, ticket.body)
+        if a.kind is client.Kind.OK and not ticket.settled:
+            ticket.won = (a, other)
+            ticket.settled = True
+            ticket.task.cancel()
 
     async def _attempt(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt:
         """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
@@ -666,7 +693,7 @@ async def _execute(
         background = [
             asyncio.create_task(_report(reporter, stats, pool)),
             asyncio.create_task(_save_manifest_every(config.manifest_interval, job, writer)),
-            asyncio.create_task(pool.watch(min(0.5, config.stall_min / 4))),
+            asyncio.create_task(job.watch(min(0.5, config.stall_min / 4))),
         ]
         try:
             await _dispatch(job, batches, interrupt.force)

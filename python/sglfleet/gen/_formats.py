@@ -25,7 +25,6 @@ import os
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from hashlib import blake2b
 from pathlib import Path
 from typing import Any, Literal
 
@@ -111,15 +110,15 @@ class Lines:
     offsets: array[int] = field(default_factory=lambda: array("Q"))
     lengths: array[int] = field(default_factory=lambda: array("L"))
     numbers: array[int] = field(default_factory=lambda: array("L"))
-    digests: array[int] = field(default_factory=lambda: array("Q"))  # of the line's bytes
+    digests: array[int] = field(default_factory=lambda: array("q"))  # of the line's bytes
     ids: array[int] = field(default_factory=lambda: array("Q"))  # id_digest of its custom_id
 
-    def add(self, offset: int, raw: bytes, number: int, cid: str) -> None:
+    def add(self, offset: int, raw: bytes, number: int, id_dig: int) -> None:
         self.offsets.append(offset)
         self.lengths.append(len(raw))
         self.numbers.append(number)
         self.digests.append(line_digest(raw))
-        self.ids.append(id_digest(cid))
+        self.ids.append(id_dig)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -158,7 +157,9 @@ class InputChanged(RuntimeError):
 
 
 def line_digest(raw: bytes) -> int:
-    return int.from_bytes(blake2b(raw, digest_size=8).digest(), "little")
+    """A 64-bit digest of a line, compared only within one process (the run that scanned it): the
+    interpreter's keyed SipHash of the bytes, a C call, seeded afresh by each process."""
+    return hash(raw)
 
 
 def _object(raw: bytes) -> dict[str, Any]:
@@ -327,9 +328,9 @@ def _scan(
     offset = 0
     for number, raw in _lines(path):
         sha.update(raw)
-        if prefix is not None and prefix_size is not None and offset < prefix_size:
-            prefix.update(raw[: prefix_size - offset])
         start, offset = offset, offset + len(raw)
+        if prefix is not None and prefix_size is not None and start < prefix_size:
+            prefix.update(raw if offset <= prefix_size else raw[: prefix_size - start])
         if not raw.strip():
             continue
         if validate:
@@ -345,9 +346,11 @@ def _scan(
                 return None  # not what was validated before: check everything
         result.format = result.format or fmt
         result.requests += 1
-        result.ids.add(cid)
+        digest = id_digest(cid)
+        if validate:  # the duplicate check; a trusted input was checked by the run that validated it
+            result.ids.add_digest(digest)
         if index:
-            result.lines.add(start, raw, number, cid)
+            result.lines.add(start, raw, number, digest)
     result.sha256 = sha.hexdigest()
     result.size = offset
     if prefix is not None and prefix_size is not None and offset >= prefix_size:
