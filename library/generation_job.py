@@ -174,8 +174,12 @@ state:
   returned: always
   type: str
 exit_code:
-  description: >-
-    The job's last exit code (see the description), or null while it runs or when it never ran.
+  description:
+    - The job's last exit code, or null while it runs or when it never ran (C(sglfleet.gen.ExitCode)).
+    - 0 complete; 3 complete with permanent failures; 2 bad input or arguments, nothing sent;
+      4 the API key is refused (401/403); 5 no endpoint answers; 6 the input changed since it was
+      validated; 7 no space left on the output's disk; 1 other fatal error; 130 interrupted.
+    - All but 0, 2 and 3 leave the job resumable; the next start resumes it.
   returned: always
   type: int
 phase_done:
