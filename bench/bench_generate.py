@@ -3,6 +3,8 @@
     .venv/bin/python bench/bench_generate.py ceiling   # our req/s ÷ a plain aiohttp loop's (target >= 1.0)
     .venv/bin/python bench/bench_generate.py slow      # 8 stand-ins, one 4x slower: time ÷ ideal, ours vs RR
     .venv/bin/python bench/bench_generate.py resume    # 200K results written: time to find the missing, RSS
+    .venv/bin/python bench/bench_generate.py resume_run  # whole resumed run ÷ a plain loop's (target <= 1.0)
+    .venv/bin/python bench/bench_generate.py frozen    # 1 of 4 instances SIGSTOPped: time ÷ none (<= 1.25)
     .venv/bin/python bench/bench_generate.py rss       # peak RSS of a whole job, 200K prompts vs 20K
     .venv/bin/python bench/bench_generate.py all
 
@@ -16,10 +18,14 @@ import asyncio
 import contextlib
 import io
 import json
+import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,10 +62,13 @@ def conversations(path: Path, n: int) -> None:
             fh.write(json.dumps({"id": f"p{i:07d}", "conversations": turns}) + "\n")
 
 
-def engine_job(inp: Path, out: Path, urls: list[str], concurrency: int, max_tokens: int = 16) -> float:
+def engine_job(
+    inp: Path, out: Path, urls: list[str], concurrency: int, max_tokens: int = 16, *, resume: bool = False
+) -> float:
     """Run our engine in this process; seconds from start to the last result."""
-    for p in (out, out.with_name(out.name + ".manifest.json"), out.with_name(out.name + ".errors.jsonl")):
-        p.unlink(missing_ok=True)
+    if not resume:
+        for p in (out, out.with_name(out.name + ".manifest.json"), out.with_name(out.name + ".errors.jsonl")):
+            p.unlink(missing_ok=True)
     config = GenerateConfig(
         input=inp,
         output=out,
@@ -259,6 +268,134 @@ def bench_resume(n: int, missing: int) -> None:
     print(f"ratio ours / naive: CPU time {c_ratio:.2f}, peak RSS {rss_ratio:.2f}")
 
 
+def _manifest_for(inp: Path, out: Path, max_tokens: int) -> None:
+    """The manifest a run that wrote ``out`` from ``inp`` leaves (so that the next run resumes)."""
+    from sglfleet.gen import _manifest as manifest
+
+    scan = scan_input(inp, index=False)
+    now = "2026-01-01T00:00:00+00:00"
+    m = manifest.Manifest(
+        status="interrupted",
+        input=manifest.InputInfo(
+            path=str(inp), sha256=scan.sha256, format=str(scan.format), requests=scan.requests, size=scan.size
+        ),
+        params=GenParams(max_tokens=max_tokens).record(),
+        endpoints=[],
+        counts=manifest.Counts(total=scan.requests),
+        tokens=manifest.Tokens(),
+        throughput=manifest.Throughput(),
+        timings=manifest.Timings(first_started_at=now, run_started_at=now, updated_at=now),
+        errors_file=str(out) + ".errors.jsonl",
+    )
+    manifest.save(manifest.manifest_path(out), m)
+
+
+async def _plain_resume(inp: Path, out: Path, urls: list[str], concurrency: int, max_tokens: int) -> float:
+    """What a script resuming a job does: the ids already in the output into a set, then every input
+    line parsed, the missing ones sent (least code: a semaphore, round robin) and appended."""
+    t0 = time.perf_counter()
+    with out.open("rb") as fh:
+        done = {json.loads(line)["custom_id"] for line in fh}
+    sem = asyncio.Semaphore(concurrency * len(urls))
+    connector = aiohttp.TCPConnector(limit=concurrency * len(urls))
+    with out.open("ab") as sink:
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def one(i: int, cid: str, body: bytes) -> None:
+                async with sem:
+                    url = urls[i % len(urls)] + "/v1/chat/completions"
+                    headers = {"Content-Type": "application/json"}
+                    async with session.post(url, data=body, headers=headers) as resp:
+                        answer = json.loads(await resp.read())
+                        assert resp.status == 200
+                line = {"custom_id": cid, "response": {"status_code": 200, "body": answer}, "error": None}
+                sink.write(json.dumps(line).encode() + b"\n")
+
+            tasks = []
+            with inp.open("rb") as fh:
+                for i, raw in enumerate(fh):
+                    row = json.loads(raw)
+                    if row["id"] in done:
+                        continue
+                    msgs = [t for t in row["conversations"] if t["role"] != "assistant"]
+                    body = json.dumps({"messages": msgs, "max_tokens": max_tokens}).encode()
+                    tasks.append(asyncio.create_task(one(i, row["id"], body)))
+            await asyncio.gather(*tasks)
+    return time.perf_counter() - t0
+
+
+def bench_resume_run(n: int, missing: int, servers: int, concurrency: int, rounds: int) -> None:
+    print(
+        f"## 3b. resumed run: {n} prompts, {n - missing} results written, the {missing} missing sent to "
+        f"{servers} zero-latency stand-ins, {concurrency} in flight each"
+    )
+    ours: list[float] = []
+    plain: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, standins(*({} for _ in range(servers))) as fleet:
+        inp, base = Path(tmp) / "in.jsonl", Path(tmp) / "base.jsonl"
+        _fill_resume(inp, base, n, missing)
+        out = Path(tmp) / "out.jsonl"
+        urls = [s.base_url for s in fleet]
+
+        def fresh() -> None:
+            for p in (out, out.with_name(out.name + ".errors.jsonl")):
+                p.unlink(missing_ok=True)
+            shutil.copyfile(base, out)
+            _manifest_for(inp, out, 16)
+
+        def run_ours() -> None:
+            fresh()
+            ours.append(engine_job(inp, out, urls, concurrency, resume=True))
+            assert sum(1 for _ in out.open("rb")) == n
+
+        def run_plain() -> None:
+            fresh()
+            plain.append(asyncio.run(_plain_resume(inp, out, urls, concurrency, 16)))
+            assert sum(1 for _ in out.open("rb")) == n
+
+        run_ours()  # warm-up
+        ours.clear()
+        for r in range(rounds):
+            for job in (run_plain, run_ours) if r % 2 else (run_ours, run_plain):
+                job()
+    ratios = [o / p for o, p in zip(ours, plain, strict=True)]
+    med = statistics.median
+    print(f"plain resume loop:  {med(plain):6.2f} s   (json.loads of every output and input line, no checks)")
+    print(
+        f"sglfleet generate:  {med(ours):6.2f} s   (validates every input line, checks the manifest, probes)"
+    )
+    print(f"ours/plain per round: {', '.join(f'{x:.2f}' for x in ratios)}")
+    print(f"ratio ours / plain, median of {rounds} interleaved rounds: {med(ratios):.3f}  (target <= 1.0)")
+
+
+def bench_frozen(n: int, ttft: float, concurrency: int, freeze_at: float) -> None:
+    print(
+        f"## 5. frozen instance: {n} requests, 4 stand-ins at {ttft * 1000:.0f} ms per request, "
+        f"{concurrency} in flight each; one SIGSTOPped at {freeze_at:.0%} of the plain job's time"
+    )
+    flags = [{"standin_ttft": ttft, "max_running_requests": concurrency} for _ in range(4)]
+    with tempfile.TemporaryDirectory() as tmp:
+        inp, out = Path(tmp) / "in.jsonl", Path(tmp) / "out.jsonl"
+        conversations(inp, n)
+        with standins(*flags) as fleet:
+            plain = engine_job(inp, out, [s.base_url for s in fleet], concurrency)
+        with standins(*flags) as fleet:
+            victim = fleet[0].process.pid
+            timer = threading.Timer(freeze_at * plain, os.kill, (victim, signal.SIGSTOP))
+            timer.start()
+            try:
+                frozen = engine_job(inp, out, [s.base_url for s in fleet], concurrency)
+            finally:
+                timer.cancel()
+                os.kill(victim, signal.SIGCONT)
+            m = json.loads(out.with_name(out.name + ".manifest.json").read_text())
+    floor = freeze_at + (1 - freeze_at) * 4 / 3  # the 3 others' capacity after the freeze, no loss at all
+    print(f"no instance frozen:  {plain:6.2f} s")
+    print(f"one frozen:          {frozen:6.2f} s   (re-sent {m['counts']['resent_this_run']} requests)")
+    print(f"capacity floor (3 of 4 instances after the freeze): {floor:.3f}")
+    print(f"ratio frozen / none: {frozen / plain:.3f}  (target <= 1.25; before: 617 s / ~50 s)")
+
+
 def _job_rss(inp: Path, out: Path, urls: list[str], concurrency: int) -> tuple[float, float]:
     argv = ["generate", "-i", str(inp), "-o", str(out), "--max-tokens", "16"]
     argv += ["--concurrency", str(concurrency), "--log-interval", "3600"]
@@ -305,7 +442,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", choices=("ceiling", "slow", "resume", "rss", "all"))
+    parser.add_argument("which", choices=("ceiling", "slow", "resume", "resume_run", "frozen", "rss", "all"))
     parser.add_argument(
         "--scale", type=float, default=1.0, help="multiply request counts (0.1 for a quick look)"
     )
@@ -321,6 +458,10 @@ def main() -> None:
         bench_slow(int(2_000 * s), concurrency=4, ttft=0.1)
     if args.which in ("resume", "all"):
         bench_resume(int(200_000 * s), missing=int(10_000 * s))
+    if args.which in ("resume_run", "all"):
+        bench_resume_run(int(200_000 * s), int(10_000 * s), args.servers, args.concurrency, rounds=3)
+    if args.which in ("frozen", "all"):
+        bench_frozen(int(2_000 * s), ttft=0.5, concurrency=8, freeze_at=0.3)
     if args.which in ("rss", "all"):
         bench_rss(int(20_000 * s), int(200_000 * s), args.servers, args.concurrency)
 

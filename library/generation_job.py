@@ -15,8 +15,16 @@ description:
     whatever happened before."
   - A complete job whose input file changed since is started again (the engine then refuses it
     unless I(force), naming what changed).
-  - With I(wait) the module polls until the job ends or I(wait_timeout) passes, and fails unless the
-    job ended complete (permanent failures are reported in C(counts.failed), not failed on).
+  - "With I(wait) the module polls every I(poll_interval) seconds until the job ends or
+    I(wait_timeout) passes: each poll's counts go to the target's log (journal, C(ansible-generation_job))
+    and to C(progress) in the result. It fails unless the job ended complete with at most
+    I(max_failures) permanent failures (C(phase_done)). To see progress on the controller while it
+    runs, call the module without I(wait) under C(async)/C(poll) and then poll C(sglfleet job status)
+    or re-run it (see EXAMPLES)."
+  - "The job's exit codes (C(exit_code), C(sglfleet.gen.ExitCode)): 0 complete; 3 complete with
+    permanent failures; 2 bad input or arguments; 4 the API key is refused (401/403); 5 no endpoint
+    answers; 6 the input changed since it was validated; 7 no space left on the output's disk; 1 other
+    fatal error; 130 interrupted. All but 0, 2 and 3 leave the job resumable: the next start resumes."
   - I(state=stopped) stops a running job gracefully (SIGTERM; in-flight requests get I(grace) seconds).
   - The counts, tokens and throughput returned come from the job's C(OUT.manifest.json).
   - Needs systemd and the C(sglfleet) Python package on the target.
@@ -81,6 +89,12 @@ options:
     description: Start a job that completed with permanent failures again, to retry them.
     type: bool
     default: false
+  max_failures:
+    description:
+      - Permanent failures the phase tolerates; C(phase_done) is true when the job is complete with at
+        most this many. With I(wait), more fail the task.
+    type: int
+    default: 0
   api_key:
     description: SGLang API key; written to a mode 0600 environment file, never to the unit or the log.
     type: str
@@ -118,7 +132,24 @@ EXAMPLES = r"""
     api_key: "{{ sglang_api_key }}"
     wait: true
     wait_timeout: 86400
-  no_log: false
+    max_failures: 10
+
+- name: Start it without blocking; Ansible polls the async task and prints each poll
+  generation_job:
+    name: regen-2026-12
+    input: /var/lib/sglfleet/prompts.jsonl
+    output: /var/lib/sglfleet/regen.jsonl
+    endpoints: ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    wait: true
+    poll_interval: 60
+  async: 86400
+  poll: 60
+
+- name: Or check on it from a later play (progress from its manifest, nothing started)
+  ansible.builtin.command: sglfleet job status /var/lib/sglfleet/regen.jsonl --json
+  register: regen_status
+  changed_when: false
+  failed_when: regen_status.rc not in [0, 3, 10, 11]
 
 - name: Stop it gracefully (a later run resumes)
   generation_job:
@@ -138,6 +169,30 @@ status:
   description: "The job: running, complete, complete_with_failures, interrupted, failed or absent."
   returned: always
   type: str
+state:
+  description: The same as C(status).
+  returned: always
+  type: str
+exit_code:
+  description:
+    - The job's last exit code, or null while it runs or when it never ran (C(sglfleet.gen.ExitCode)).
+    - 0 complete; 3 complete with permanent failures; 2 bad input or arguments, nothing sent;
+      4 the API key is refused (401/403); 5 no endpoint answers; 6 the input changed since it was
+      validated; 7 no space left on the output's disk; 1 other fatal error; 130 interrupted.
+    - All but 0, 2 and 3 leave the job resumable; the next start resumes it.
+  returned: always
+  type: int
+phase_done:
+  description: The job is complete and no more than I(max_failures) requests failed for good.
+  returned: always
+  type: bool
+progress:
+  description: With I(wait), the counts at each poll (at most the last 100).
+  returned: when I(wait)
+  type: list
+  elements: dict
+  sample: [{"at": "2026-12-03T08:00:00Z", "state": "running", "done": 1200, "failed": 0, "total": 193000,
+            "requests_per_s": 41.2}]
 action:
   description: "What the module did (or would do in check mode): none, start or stop."
   returned: always
@@ -187,6 +242,7 @@ def main() -> None:
             "grace": {"type": "float", "default": 30},
             "force": {"type": "bool", "default": False},
             "retry_failures": {"type": "bool", "default": False},
+            "max_failures": {"type": "int", "default": 0},
             "api_key": {"type": "str", "no_log": True},
             "wait": {"type": "bool", "default": False},
             "wait_timeout": {"type": "float", "default": 86400},
@@ -216,6 +272,7 @@ def main() -> None:
         grace=p["grace"],
         force=p["force"],
         api_key=p["api_key"],
+        max_failures=p["max_failures"],
     )
     problems = spec.problems()
     if problems:
@@ -231,20 +288,37 @@ def main() -> None:
         if changed and not module.check_mode:
             (job.start if decision.action == "start" else job.stop)(spec)
             obs = job.observe(spec)
-        if p["wait"] and p["state"] == "started" and not module.check_mode:
-            obs = job.wait(spec, p["wait_timeout"], p["poll_interval"])
+        waiting = p["wait"] and p["state"] == "started" and not module.check_mode
+        progress: list[dict] = []
+
+        def on_poll(counts: dict) -> None:
+            progress.append(counts)
+            del progress[:-100]
+            module.log(
+                f"generation job {spec.name}: {counts['state']} {counts['done']}/{counts['total']} done, "
+                f"{counts['failed']} failed, {counts['requests_per_s']} req/s"
+            )
+
+        if waiting:
+            obs = job.wait(spec, p["wait_timeout"], p["poll_interval"], on_poll=on_poll)
     except RuntimeError as exc:
         module.fail_json(msg=str(exc))
+    phase_done, exit_code = job.verdict(obs, spec.max_failures)
     result = {"changed": changed, "unit": spec.unit, "action": decision.action, "reason": decision.reason}
     result.update(job.summary(obs))
-    if p["wait"] and p["state"] == "started" and not module.check_mode:
+    result.update(phase_done=phase_done, exit_code=exit_code)
+    if waiting:
+        result["progress"] = progress
         if obs.running:
             module.fail_json(msg=f"the job is still running after {p['wait_timeout']} s", **result)
-        if result["status"] not in job.COMPLETE:
-            tail = job.journal_tail(spec)
-            module.fail_json(
-                msg=f"the job ended {result['status']}: {result.get('message') or tail}", **result
+        if not phase_done:
+            failed = result.get("counts", {}).get("failed", 0)
+            why = (
+                f"{failed} permanent failures, more than max_failures={spec.max_failures}"
+                if result["status"] == "complete_with_failures"
+                else (result.get("message") or job.journal_tail(spec))
             )
+            module.fail_json(msg=f"the job ended {result['status']} (exit {exit_code}): {why}", **result)
     module.exit_json(**result)
 
 

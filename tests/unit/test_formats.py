@@ -121,3 +121,34 @@ def test_hash_changes_with_content(tmp_path: Path) -> None:
     first = scan_input(path).sha256
     path.write_text(path.read_text().replace("hello", "hullo"))
     assert scan_input(path).sha256 != first
+
+
+def test_a_trusted_hash_skips_the_checks_only_for_the_same_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    rows = [{"id": i, "conversations": [{"role": "user", "content": f"q{i}"}]} for i in range(5)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    full = scan_input(path)
+    quick = scan_input(path, trusted_sha256=full.sha256)
+    assert (quick.sha256, quick.requests, quick.size, list(quick.lines.ids)) == (
+        full.sha256,
+        full.requests,
+        full.size,
+        list(full.lines.ids),
+    )
+    # a line that only the checks refuse (a bad role): trusted by a stale hash, it is still checked
+    with path.open("a") as fh:
+        fh.write(json.dumps({"id": 9, "conversations": [{"role": "robot", "content": "x"}]}) + "\n")
+    again = scan_input(path, trusted_sha256=full.sha256)
+    assert not again.ok and "role is 'robot'" in str(again.errors[0])
+
+
+def test_stream_true_is_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+    path.write_text(
+        json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body})
+    )
+    scan = scan_input(path)
+    assert (
+        str(scan.errors[0]) == 'line 1: body.stream is true: a batch job needs whole answers, remove "stream"'
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,7 +91,8 @@ def test_changed_input_or_params_is_refused_unless_forced(tmp_path: Path, three:
     assert refused.exit_code == ExitCode.BAD_INPUT and "max_tokens: 8 → 9" in refused.message
     more = write_batch(inp, 30)
     refused = _run(inp, out, three, params=GenParams(max_tokens=8))
-    assert refused.exit_code == ExitCode.BAD_INPUT and "the input changed" in refused.message
+    assert refused.exit_code == ExitCode.INPUT_CHANGED
+    assert "the input grew from" in refused.message and "lines were appended" in refused.message
     forced = _run(inp, out, three, params=GenParams(max_tokens=8), force=True)
     assert forced.exit_code == ExitCode.OK and forced.manifest is not None
     assert forced.manifest.counts.sent_this_run == 10
@@ -167,24 +169,53 @@ def test_an_instance_killed_mid_run_the_job_completes_on_the_rest(tmp_path: Path
     assert stats["up"] == 0.0 and 0 < stats["ok"] <= 25
 
 
-def test_no_endpoint_answering_stops_resumably(tmp_path: Path) -> None:
+def test_preflight_no_endpoint_answering_fails_within_seconds_and_sends_nothing(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_batch(inp, 5)
     with fleet({}) as servers:
         url = servers[0].base_url
-    outcome = _run(inp, out, [url], down_after=1, down_timeout=0.5, max_retries=100)
-    assert outcome.exit_code == ExitCode.FATAL and "no endpoint has answered" in outcome.message
-    assert outcome.manifest is not None and outcome.manifest.counts.remaining == 5
+    t0 = time.monotonic()
+    outcome = _run(inp, out, [url], down_timeout=600)
+    assert time.monotonic() - t0 < 5
+    assert outcome.exit_code == ExitCode.NO_ENDPOINT and "no endpoint answers" in outcome.message
+    assert f"{url}: refused" in outcome.message
+    assert not out.exists() and not manifest_path(out).exists()
 
 
-def test_api_key(tmp_path: Path) -> None:
+def test_preflight_starts_on_the_endpoints_that_answer(tmp_path: Path, three: list[str]) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ids = write_batch(inp, 40)
+    with fleet({}) as servers:
+        dead = servers[0].base_url
+    outcome = _run(inp, out, [dead, *three])
+    assert outcome.exit_code == ExitCode.OK and outcome.manifest is not None
+    assert outcome.manifest.endpoint_stats[dead]["sent"] == 0
+    assert_exactly_once(out, ids)
+
+
+def test_every_endpoint_gone_mid_run_stops_resumably(tmp_path: Path) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_batch(inp, 50)
+    with fleet({"standin_crash_after": 10}) as servers:
+        outcome = _run(inp, out, [servers[0].base_url], concurrency=1, down_after=1, down_timeout=0.5)
+    assert outcome.exit_code == ExitCode.NO_ENDPOINT and "no endpoint has answered" in outcome.message
+    assert outcome.manifest is not None and outcome.manifest.counts.remaining == 40
+
+
+def test_a_wrong_api_key_stops_at_once_with_its_own_exit_code(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     ids = write_batch(inp, 5)
-    with fleet({"api_key": "sekrit"}) as servers:
-        denied = _run(inp, out, [servers[0].base_url])
-        assert denied.exit_code == ExitCode.FAILURES
-        assert "HTTP 401" in read_jsonl(tmp_path / "out.jsonl.errors.jsonl")[0]["error"]["message"]
-        assert _run(inp, out, [servers[0].base_url], api_key="sekrit").exit_code == ExitCode.OK
+    with fleet({"api_key": "sekrit"}, {"api_key": "sekrit"}) as servers:
+        urls = [s.base_url for s in servers]
+        for key in (None, "wrong"):
+            t0 = time.monotonic()
+            denied = _run(inp, out, urls, api_key=key)
+            assert time.monotonic() - t0 < 5
+            assert denied.exit_code == ExitCode.AUTH, denied.message
+            assert "401 Unauthorized from http://127.0.0.1:" in denied.message
+            assert "check the API key" in denied.message
+            assert sum(requests_served(u) for u in urls) == 0
+        assert _run(inp, out, urls, api_key="sekrit").exit_code == ExitCode.OK
     assert_exactly_once(out, ids)
 
 
@@ -222,7 +253,9 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     inp = tmp_path / "in.jsonl"
     write_batch(inp, 1)
     assert cli_main(["generate", "-i", str(inp), "-o", str(tmp_path / "o"), "-e", "localhost:1"]) == 2
-    assert "is not an http(s) URL" in capsys.readouterr().err
+    assert "'localhost:1' is not an http(s)://HOST:PORT URL" in capsys.readouterr().err
+    code = cli_main(["generate", "-i", str(inp), "-o", str(tmp_path / "o"), "-e", "http://h:30000/v1"])
+    assert code == 2 and "must be a base URL without path" in capsys.readouterr().err
     assert (
         cli_main(["generate", "-i", str(tmp_path / "nope"), "-o", str(tmp_path / "o"), "-e", "http://x"]) == 2
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 from pathlib import Path
@@ -90,12 +91,65 @@ def test_stopped_failed_or_crashed_jobs_are_started_again(
 
 def test_env_file_holds_the_key_with_mode_0600(tmp_path: Path) -> None:
     spec = _spec(tmp_path, ["http://127.0.0.1:1"], api_key="s3cret value")
+    spec.env_dir.mkdir(mode=0o755)
+    spec.env_file.write_text("old\n")
+    spec.env_file.chmod(0o644)  # a file left world-readable before: made 0600 again
     job.write_env(spec)
-    assert spec.env_file.read_text() == "SGLANG_API_KEY='s3cret value'\n"
+    assert spec.env_file.read_text() == "SGLFLEET_API_KEY='s3cret value'\n"
     assert stat.S_IMODE(spec.env_file.stat().st_mode) == 0o600
 
 
+def test_the_units_command_with_its_env_file_authenticates(tmp_path: Path) -> None:
+    with fleet({"api_key": "k3y"}) as servers:
+        spec = _spec(tmp_path, [servers[0].base_url], api_key="k3y")
+        ids = write_conversations(spec.input, 10)
+        job.write_env(spec)
+        env = dict(line.split("=", 1) for line in spec.env_file.read_text().splitlines())
+        env = {k: v.strip("'") for k, v in env.items()}
+        proc = subprocess.run(
+            spec.command(), capture_output=True, text=True, timeout=30, check=False, env={**os.environ, **env}
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_exactly_once(spec.output, ids)
+
+
+@pytest.mark.parametrize(
+    ("status", "failed", "max_failures", "expected"),
+    [
+        ("complete", 0, 0, (True, 0)),
+        ("complete_with_failures", 3, 0, (False, 3)),
+        ("complete_with_failures", 3, 3, (True, 3)),
+        ("failed", 0, 10, (False, 4)),
+        ("interrupted", 0, 0, (False, 130)),
+    ],
+)
+def test_phase_done_only_when_complete_within_max_failures(
+    finished: job.JobSpec, status: str, failed: int, max_failures: int, expected: tuple[bool, int]
+) -> None:
+    code = expected[1]
+    m = load(manifest_path(finished.output))
+    assert m is not None
+    m = m.model_copy(update={"status": status, "counts": m.counts.model_copy(update={"failed": failed})})
+    obs = job.Observed("inactive", "exit-code", code, m, None)
+    assert job.verdict(obs, max_failures) == expected
+    running = job.Observed("active", "", None, m, None)
+    assert job.verdict(running, max_failures) == (False, None)
+
+
+def test_wait_reports_each_polls_counts(finished: job.JobSpec) -> None:
+    polls: list[dict] = []  # type: ignore[type-arg]
+
+    def systemctl(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        # no such unit on this machine: what `systemctl show` prints for an unknown unit
+        return subprocess.CompletedProcess(argv, 0, "LoadState=not-found\nActiveState=inactive\n", "")
+
+    obs = job.wait(finished, timeout=5, interval=0.01, runner=systemctl, on_poll=polls.append)
+    assert not obs.running and len(polls) == 1
+    assert polls[0]["state"] == "complete" and polls[0]["done"] == polls[0]["total"] == 3
+
+
 def test_spec_problems() -> None:
-    bad = job.JobSpec(name="../x", input=Path("rel.jsonl"), output=Path("/o"), endpoints=[])
+    bad = job.JobSpec(name="../x", input=Path("rel.jsonl"), output=Path("/o"), endpoints=[], max_failures=-1)
     problems = bad.problems()
     assert any("name '../x'" in p for p in problems) and any("absolute" in p for p in problems)
+    assert any("max_failures must be 0 or more" in p for p in problems)

@@ -126,3 +126,22 @@ def test_idset_membership_and_repeats() -> None:
     for cid in ["b", "z"]:
         other.add(cid)
     assert other.freeze().count_in(ids) == 1
+
+
+def test_resume_reads_ids_and_tokens_of_our_lines_and_of_foreign_ones(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    compact = (
+        b'{"choices":[{"message":{"content":"a \\"usage\\": 7"}}],'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":4}}'
+    )
+    spaced = {"choices": [], "usage": {"completion_tokens": 5, "prompt_tokens": 2, "total_tokens": 7}}
+    with out.open("wb") as fh:
+        fh.write(result_line('id "quoted"', "r1", None, compact, "batch_req_1"))
+        fh.write(result_line("two", "r2", spaced, None, "batch_req_2", conversations=[{"role": "user"}]))
+        fh.write(json.dumps({"custom_id": "three", "response": {"body": {"usage": {"prompt_tokens": 1,
+                 "completion_tokens": 1}}}}).encode() + b"\n")  # fmt: skip
+    store = OutputStore(out)
+    resumed = store.open()
+    store.close()
+    assert resumed.lines == 3 and resumed.prompt_tokens == 6 and resumed.completion_tokens == 10
+    assert all(x in resumed.done for x in ('id "quoted"', "two", "three"))

@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from sglfleet.cli._common import API_KEY_ENV, add_api_key_args, api_key_from_args
 from sglfleet.gen._engine import ExitCode, GenerateConfig, run
 from sglfleet.gen._formats import GenParams
 from sglfleet.gen._progress import reporter_for
 
-EPILOG = """\
-exit codes: 0 every request has its result; 3 done, with permanent failures (OUT.errors.jsonl);
-2 bad input or arguments (nothing sent); 130 interrupted (rerun to resume); 1 stopped (no endpoint
-answered, output unwritable; rerun to resume)."""
+EPILOG = f"""\
+exit codes (all but 0, 2 and 3 leave the job resumable: rerun the same command):
+  0 every request has its result       3 done, with permanent failures (OUT.errors.jsonl)
+  2 bad input or arguments, nothing sent
+  4 401/403: the API key is wrong or missing ({API_KEY_ENV}, --api-key-file)
+  5 no endpoint answers                6 the input changed since it was validated
+  7 no space left on the output's disk 1 other fatal error      130 interrupted
+Watch a running job from another shell: sglfleet job status OUT."""
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -48,6 +64,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--max-tokens", type=int, help="max_tokens for bodies without one")
     p.add_argument("--temperature", type=float, help="temperature for bodies without one")
     p.add_argument("--top-p", type=float, help="top_p for bodies without one")
+    p.add_argument("--top-k", type=int, help="top_k for bodies without one (SGLang's extra sampling field)")
+    p.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="e.g. '{\"enable_thinking\": false}' for bodies without chat_template_kwargs",
+    )
+    p.add_argument(
+        "--extra-body",
+        type=_json_object,
+        metavar="JSON",
+        help="more fields for bodies without them, e.g. '{\"min_p\": 0.05}'",
+    )
+    p.add_argument(
+        "--turns",
+        choices=("last", "all"),
+        default="last",
+        help="conversation input: regenerate the last assistant turn (default) or every one in order, "
+        "each from the regenerated turns before it (SpecForge's regenerate_train_data.py)",
+    )
+    p.add_argument(
+        "--keep-reasoning",
+        action="store_true",
+        help="conversation input: keep the answers' reasoning_content in the regenerated turns",
+    )
     p.add_argument("--max-retries", type=int, default=5, help="retries of a request on retryable errors (5)")
     p.add_argument("--request-timeout", type=_positive_float, default=600.0, help="seconds per attempt (600)")
     p.add_argument(
@@ -69,8 +110,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="seconds between log lines off a terminal (10)",
     )
     p.add_argument(
-        "--api-key", default=os.environ.get("SGLANG_API_KEY"), help="Bearer token (default: $SGLANG_API_KEY)"
+        "--probe-timeout",
+        type=_positive_float,
+        default=10.0,
+        help="seconds the preflight waits for each endpoint's /health_generate (10)",
     )
+    p.add_argument(
+        "--stall-factor",
+        type=_positive_float,
+        default=8.0,
+        help="an endpoint that answers nothing for this many times its recent latency is stalled (8)",
+    )
+    p.add_argument(
+        "--stall-min", type=_positive_float, default=2.0, help="...and for at least this many seconds (2)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics while the job runs (0: any free port)",
+    )
+    add_api_key_args(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -89,25 +149,59 @@ def _endpoints(args: argparse.Namespace) -> list[str]:
     return urls
 
 
+def _params(args: argparse.Namespace) -> GenParams:
+    extra = dict(args.extra_body or {})
+    if args.top_k is not None:
+        extra["top_k"] = args.top_k
+    if args.chat_template_kwargs is not None:
+        extra["chat_template_kwargs"] = args.chat_template_kwargs
+    return GenParams(
+        args.model,
+        args.max_tokens,
+        args.temperature,
+        args.top_p,
+        extra=extra,
+        turns=args.turns,
+        keep_reasoning=args.keep_reasoning,
+    )
+
+
 def main(args: argparse.Namespace) -> int:
+    try:
+        return _main(args)
+    except KeyboardInterrupt:  # before the engine's own handlers are in place: nothing was sent
+        print("sglfleet generate: interrupted before anything was sent; rerun it", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         endpoints = _endpoints(args)
     except OSError as exc:
         print(f"sglfleet generate: cannot read --endpoints-file: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        api_key = api_key_from_args(args)
+    except ValueError as exc:
+        print(f"sglfleet generate: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     config = GenerateConfig(
         input=args.input,
         output=args.output,
         endpoints=endpoints,
         concurrency=args.concurrency,
-        params=GenParams(args.model, args.max_tokens, args.temperature, args.top_p),
+        params=_params(args),
         max_retries=args.max_retries,
         request_timeout=args.request_timeout,
-        api_key=args.api_key,
+        api_key=api_key,
         force=args.force,
         backoff_base=args.backoff_base,
         grace=args.grace,
         down_timeout=args.down_timeout,
+        probe_timeout=args.probe_timeout,
+        stall_factor=args.stall_factor,
+        stall_min=args.stall_min,
+        metrics_port=args.metrics_port,
     )
     outcome = run(config, reporter_for(sys.stdout, args.log_interval))
     for err in outcome.input_errors:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sglfleet.cli.health import add_endpoint_args, api_key_from_args, endpoints_from_args
+from sglfleet.cli._common import add_endpoint_args, api_key_from_args, endpoints_from_args
 from sglfleet.fleet import _gpus as gpus
 from sglfleet.fleet import _ledger as ledger
 from sglfleet.fleet._status import gather_status, layout_from_env_dir, parse_status_json, render

@@ -87,8 +87,12 @@ def index_prompts(path: Path) -> dict[str, int]:
             if line.strip():
                 row = _json(line, f"{path}:{number}")
                 cid = row.get("custom_id") if isinstance(row, dict) else None
+                if cid is None and isinstance(row, dict) and "conversations" in row:
+                    cid = None if row.get("id") is None else str(row["id"])  # conversation JSONL
                 if not isinstance(cid, str):
-                    raise DataError(f"{path}:{number}: no custom_id (is this an OpenAI Batch input file?)")
+                    raise DataError(
+                        f"{path}:{number}: no custom_id (is this an OpenAI Batch input or conversation file?)"
+                    )
                 if cid in offsets:
                     raise DataError(f"{path}:{number}: custom_id {cid!r} appears twice")
                 offsets[cid] = offset
@@ -105,6 +109,7 @@ def _line_at(path: Path, offset: int) -> int:
 def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, str]], str]:
     """The messages and category of the prompt line at `offset`."""
     fh.seek(offset)
+<<<<<<< HEAD
     try:
         row = orjson.loads(fh.readline())
     except orjson.JSONDecodeError as exc:  # the file changed since it was indexed
@@ -134,6 +139,17 @@ def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, st
         raise bad("metadata.category", category, "a string")
     if not category:
         category = classify("\n".join(m["content"] for m in messages if m["role"] == "user"))
+=======
+    row = _json(fh.readline(), f"{path} at byte {offset}")
+    messages = (row.get("body") or {}).get("messages")
+    if messages is None and isinstance(row.get("conversations"), list):  # conversation JSONL prompts
+        messages = [t for t in row["conversations"] if isinstance(t, dict) and t.get("role") != "assistant"]
+    if not isinstance(messages, list):
+        raise DataError(f"{path} at byte {offset}: custom_id {row.get('custom_id')!r} has no body.messages")
+    category = (row.get("metadata") or {}).get("category")
+    if not isinstance(category, str) or not category:
+        category = classify(user_text(messages))
+>>>>>>> gen
     return messages, category
 
 
@@ -335,8 +351,16 @@ def merge(
                     report.dropped[reason] += 1
                     continue
                 messages, category = _prompt_at(prm, offsets[cid], prompts)
+<<<<<<< HEAD
                 row = {"id": cid, "conversations": [*messages, {"role": "assistant", "content": content}]}
                 out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+=======
+                turns = result.get("conversations")  # sglfleet generate on conversation input: the
+                if not isinstance(turns, list):  # regenerated conversation, every turn of it
+                    turns = [*messages, {"role": "assistant", "content": content}]
+                row = {"id": cid, "conversations": turns}
+                out.write((json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+>>>>>>> gen
                 kept.add(cid)
                 report.new[category] += 1
         report.without_result = len(offsets) - len(seen)

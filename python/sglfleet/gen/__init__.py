@@ -4,7 +4,8 @@
 - `formats`: the input lines (OpenAI batch, chat, prompt) and the sampling parameters.
 - `store` / `manifest`: the output and errors files and the manifest that makes a rerun resume.
 - `dispatch` / `client`: fewest-in-flight dispatch over endpoints, and the HTTP attempts.
-- `progress`: what a running job prints.
+- `progress`: what a running job prints; `metrics`: what `--metrics-port` serves.
+- `watch`: `job_status(OUT)`, where a job stands, from another shell (`sglfleet job status`).
 - `job`: the job as a systemd unit on a fleet host (what the `generation_job` module drives).
 """
 
@@ -12,17 +13,20 @@ from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config
 from sglfleet.gen._formats import GenParams, InputFormat
 from sglfleet.gen._manifest import Manifest, ManifestError
 from sglfleet.gen._progress import Reporter, reporter_for
+from sglfleet.gen._watch import JobStatus, job_status
 
 __all__ = [
     "ExitCode",
     "GenParams",
     "GenerateConfig",
     "InputFormat",
+    "JobStatus",
     "Manifest",
     "ManifestError",
     "Outcome",
     "Reporter",
     "check_config",
+    "job_status",
     "reporter_for",
     "run",
 ]

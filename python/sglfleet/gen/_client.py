@@ -3,15 +3,19 @@
 Kept deliberately thin (aiohttp, bytes in, bytes out, one dict parse): the client must never be
 the bottleneck of a fleet. Outcomes:
 
-* ``OK``: 200 with a JSON object body;
-* ``RETRY``: connection error, timeout, 408, 429, 5xx, or a 200 whose body is not JSON: worth
-  another attempt, with backoff;
+* ``OK``: 200 with a completion body (a JSON object with a non-empty ``choices`` list);
+* ``RETRY``: connection error, timeout, 408, 429, 5xx, or a 200 whose body is not a completion
+  (not JSON, ``{"object": "error", ...}``, no ``choices``): worth another attempt, with backoff
+  (``Retry-After`` honoured when the server sends one);
+* ``AUTH``: 401 or 403: the API key is wrong or missing, a configuration error of the whole job;
 * ``PERMANENT``: any other status (4xx): the request itself is wrong; the server's message is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import email.utils
 import enum
 import random
 from dataclasses import dataclass
@@ -28,7 +32,12 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 class Kind(enum.Enum):
     OK = "ok"
     RETRY = "retry"
+    AUTH = "auth"
     PERMANENT = "permanent"
+
+
+AUTH_STATUSES = frozenset({401, 403})
+RETRY_AFTER_CAP_S = 300.0
 
 
 @dataclass(slots=True)
@@ -40,6 +49,8 @@ class Attempt:
     request_id: str = ""
     message: str = ""
     endpoint_down: bool = False  # the failure says the endpoint is not answering
+    retry_after: float | None = None  # seconds the server asked us to wait (Retry-After)
+    invalid_body: bool = False  # a 200 whose body is not a completion
 
 
 def make_session(total_connections: int, api_key: str | None = None) -> aiohttp.ClientSession:
@@ -69,6 +80,34 @@ def _server_message(status: int, raw: bytes, body: Any) -> str:
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 
 
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), capped; None if absent."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+
+
+def completion_problem(body: dict[str, Any]) -> str | None:
+    """Why a 200 body is not a chat/text completion (None when it is one)."""
+    if body.get("object") == "error" or ("error" in body and not body.get("choices")):
+        return f"an error object: {_server_message(200, b'', body).removeprefix('HTTP 200: ')}"
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "no choices"
+    return None
+
+
 async def post(
     session: aiohttp.ClientSession, url: str, body: bytes, limit: aiohttp.ClientTimeout
 ) -> Attempt:
@@ -78,6 +117,7 @@ async def post(
             raw = await resp.read()
             status = resp.status
             request_id = resp.headers.get("x-request-id", "")
+            wait = retry_after(resp.headers.get("Retry-After"))
     except TimeoutError:
         return Attempt(Kind.RETRY, message=f"timed out after {limit.total} s", endpoint_down=True)
     except aiohttp.ClientError as exc:
@@ -89,15 +129,38 @@ async def post(
     except orjson.JSONDecodeError:
         parsed = None
     if status == 200:
-        if isinstance(parsed, dict):
+        if not isinstance(parsed, dict):
+            return Attempt(
+                Kind.RETRY,
+                status,
+                None,
+                raw,
+                message="HTTP 200 with a body that is not a JSON object",
+                invalid_body=True,
+            )
+        problem = completion_problem(parsed)
+        if problem is None:
             return Attempt(Kind.OK, status, parsed, raw, request_id or str(parsed.get("id", "")))
         return Attempt(
-            Kind.RETRY, status, None, raw, message="HTTP 200 with a body that is not a JSON object"
+            Kind.RETRY,
+            status,
+            parsed,
+            raw,
+            message=f"HTTP 200 with a body that is not a completion ({problem})",
+            invalid_body=True,
         )
     message = _server_message(status, raw, parsed)
+    if status in AUTH_STATUSES:
+        return Attempt(Kind.AUTH, status, parsed, raw, message=message)
     if status in RETRY_STATUSES or status >= 500:
         return Attempt(
-            Kind.RETRY, status, parsed, raw, message=message, endpoint_down=status in DOWN_STATUSES
+            Kind.RETRY,
+            status,
+            parsed,
+            raw,
+            message=message,
+            endpoint_down=status in DOWN_STATUSES,
+            retry_after=wait,
         )
     return Attempt(Kind.PERMANENT, status, parsed, raw, message=message)
 

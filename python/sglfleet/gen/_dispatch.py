@@ -7,11 +7,18 @@ fewer requests: no round robin, no slow instance stalling the rest.
 
 An endpoint that stops answering (``down_after`` connection errors, timeouts or 502/503/504 in a
 row) is taken out; a prober asks its ``/health`` until it answers 200 and puts it back.
+
+An endpoint that stalls (requests in flight, none completed for ``stall_factor`` times its own recent
+latency, at least ``stall_min`` seconds, while another endpoint completes requests: a frozen
+process keeps its sockets open and never answers) is found by :meth:`find_stalled` and taken out
+the same way by :meth:`mark_stalled`; the engine then sends its requests to another endpoint too.
+An endpoint that answers 401/403 is taken out for good (a key does not fix itself).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -30,6 +37,15 @@ class Endpoint:
     errors: int = 0
     last_release: float = 0.0
     probes: int = 0
+    latency: float | None = None  # moving average of the seconds an answered request took
+    last_done: float = 0.0  # loop time of the last answer
+    busy_since: float = 0.0  # loop time it last went from idle to busy
+    stalls: int = 0
+    auth_failed: bool = False
+    latency_buckets: list[int] = field(default_factory=list, repr=False)
+    latency_sum: float = 0.0
+    latency_count: int = 0
+    stalled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _prober: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
@@ -38,6 +54,8 @@ class Endpoint:
 
 
 Probe = Callable[[Endpoint], Awaitable[bool]]
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+LATENCY_WEIGHT = 0.2  # of the newest sample in the moving average
 
 
 class NoEndpoint(RuntimeError):
@@ -55,6 +73,8 @@ class EndpointPool:
         probe_interval: float = 1.0,
         probe_interval_max: float = 10.0,
         down_timeout: float = 600.0,
+        stall_factor: float = 8.0,
+        stall_min: float = 2.0,
     ) -> None:
         if not urls:
             raise ValueError("at least one endpoint is needed")
@@ -66,6 +86,10 @@ class EndpointPool:
         self.probe_interval = probe_interval
         self.probe_interval_max = probe_interval_max
         self.down_timeout = down_timeout
+        self.stall_factor = stall_factor
+        self.stall_min = stall_min
+        for ep in self.endpoints:
+            ep.latency_buckets = [0] * (len(LATENCY_BUCKETS) + 1)
         self._probe = probe
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
@@ -99,6 +123,8 @@ class EndpointPool:
         while True:
             ep = self._pick(avoid)
             if ep is not None:
+                if ep.in_flight == 0:
+                    ep.busy_since = loop.time()
                 ep.in_flight += 1
                 ep.sent += 1
                 return ep
@@ -107,7 +133,9 @@ class EndpointPool:
                 all_down_since = all_down_since or loop.time()
                 timeout = self.down_timeout - (loop.time() - all_down_since)
                 if timeout <= 0:
-                    raise NoEndpoint(f"no endpoint has answered for {self.down_timeout:.0f} s")
+                    raise NoEndpoint(f"no endpoint has answered for {self.down_timeout:g} s")
+                if all(e.auth_failed for e in self.endpoints):
+                    raise NoEndpoint("every endpoint refused the API key")
             else:
                 all_down_since = None
             fut: asyncio.Future[None] = loop.create_future()
@@ -129,17 +157,29 @@ class EndpointPool:
                 fut.set_result(None)
                 n -= 1
 
-    def release(self, ep: Endpoint, outcome: str) -> None:
+    def release(self, ep: Endpoint, outcome: str, latency: float | None = None) -> None:
         """Give a slot back. ``outcome``: "ok", "error" (answered, but a failure that says nothing
-        about the endpoint's health) or "down" (no answer, timeout, 502/503/504)."""
+        about the endpoint's health), "down" (no answer, timeout, 502/503/504), "auth" (401/403) or
+        "cancelled" (we gave up on it: an interrupt, or another endpoint answered first)."""
         ep.in_flight -= 1
         self._clock += 1
         ep.last_release = self._clock
-        if outcome == "down":
+        if latency is not None and outcome in ("ok", "error"):
+            self._answered(ep, latency)
+        if outcome == "cancelled":
+            pass
+        elif outcome == "auth":
+            ep.errors += 1
+            if not ep.auth_failed:
+                ep.auth_failed = True
+                if ep.up:
+                    ep.up = False
+                    self._wake(len(self._waiters))
+        elif outcome == "down":
             ep.errors += 1
             ep.failures_in_row += 1
             if ep.up and ep.failures_in_row >= self.down_after:
-                self._take_out(ep)
+                self.take_out(ep)
         else:
             ep.failures_in_row = 0
             if outcome == "ok":
@@ -149,7 +189,44 @@ class EndpointPool:
         if ep.up:
             self._wake()
 
-    def _take_out(self, ep: Endpoint) -> None:
+    def _answered(self, ep: Endpoint, latency: float) -> None:
+        ep.last_done = asyncio.get_running_loop().time()
+        ep.latency = latency if ep.latency is None else ep.latency + LATENCY_WEIGHT * (latency - ep.latency)
+        ep.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS, latency)] += 1
+        ep.latency_sum += latency
+        ep.latency_count += 1
+
+    def stall_limit(self, ep: Endpoint) -> float:
+        """Seconds without an answer after which ``ep``, busy, counts as stalled."""
+        latency = ep.latency
+        if latency is None:  # never answered yet: judge it by the others
+            known = [e.latency for e in self.endpoints if e.latency is not None]
+            latency = max(known) if known else 0.0
+        return max(self.stall_min, self.stall_factor * latency)
+
+    def find_stalled(self, now: float) -> list[Endpoint]:
+        """Busy endpoints that answered nothing for longer than their stall limit, while another
+        endpoint answered within that time (all quiet means slow work, not a stall)."""
+        out = []
+        for ep in self.endpoints:
+            if not ep.up or ep.in_flight == 0:
+                continue
+            quiet = now - max(ep.last_done, ep.busy_since)
+            if quiet <= self.stall_limit(ep):
+                continue
+            if any(o is not ep and o.up and now - o.last_done < quiet for o in self.endpoints):
+                out.append(ep)
+        return out
+
+    def mark_stalled(self, ep: Endpoint) -> None:
+        """Take ``ep`` out as stalled and wake the requests in flight on it (they go elsewhere too)."""
+        ep.stalls += 1
+        ep.failures_in_row = 0
+        self.take_out(ep)
+        ep.stalled.set()
+
+    def take_out(self, ep: Endpoint) -> None:
+        """Stop sending to ``ep``; a prober puts it back once its ``/health`` answers 200."""
         ep.up = False
         if not self._closed:
             ep._prober = asyncio.get_running_loop().create_task(self._probe_until_up(ep))
@@ -168,6 +245,8 @@ class EndpointPool:
             if healthy:
                 ep.up = True
                 ep.failures_in_row = 0
+                ep.stalled = asyncio.Event()
+                ep.last_done = ep.busy_since = asyncio.get_running_loop().time()
                 self._wake(self.concurrency)
                 return
             delay = min(delay * 2, self.probe_interval_max)

@@ -2,8 +2,10 @@
 
 :func:`run` is what ``sglfleet generate`` calls: validate the whole input (nothing is sent while any
 line is bad), check the output's manifest (a changed input or changed parameters are refused unless
-forced), open the output (cut a torn last line, read the ids already done), then stream the missing
-requests to the endpoints, least in flight first, with retries, and write each result as it comes.
+forced), probe every endpoint (start on those that answer), open the output (cut a torn last line,
+read the ids already done), then send the missing requests, read back from exactly the bytes that
+were validated, to the endpoints, fewest in flight first, with retries, and write each result as
+it comes. A request whose endpoint stalls is sent to another one too; the first answer wins.
 """
 
 from __future__ import annotations
@@ -12,29 +14,44 @@ import asyncio
 import contextlib
 import datetime as dt
 import enum
+import errno
+import os
 import random
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from sglfleet.gen import _client as client
 from sglfleet.gen import _manifest as manifest
 from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint
-from sglfleet.gen._formats import GenParams, LineError, Request, iter_requests, scan_input
+from sglfleet.gen._formats import (
+    GenParams,
+    InputChanged,
+    LineError,
+    Request,
+    ScanResult,
+    read_requests,
+    scan_input,
+)
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
 from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
 
 
 class ExitCode(enum.IntEnum):
     OK = 0  # every request has its result
-    FATAL = 1  # the run could not go on (no endpoint answers, output unwritable); resumable
+    FATAL = 1  # the run could not go on (output unwritable, ...); resumable
     BAD_INPUT = 2  # bad input or arguments; nothing was sent
     FAILURES = 3  # done, but some requests failed permanently (see OUT.errors.jsonl)
+    AUTH = 4  # 401/403: the API key is wrong or missing; resumable once it is fixed
+    NO_ENDPOINT = 5  # no endpoint answers (at the start, or for --down-timeout); resumable
+    INPUT_CHANGED = 6  # the input is not what the output's manifest (or this run) validated
+    DISK_FULL = 7  # no space left for the output or the manifest; nothing half-written, resumable
     INTERRUPTED = 130  # SIGINT/SIGTERM; resumable
 
 
@@ -57,6 +74,11 @@ class GenerateConfig:
     down_after: int = 3
     down_timeout: float = 600.0
     probe_interval: float = 1.0
+    probe_timeout: float = 10.0  # seconds the preflight (and each re-probe) waits for an endpoint
+    stall_factor: float = 8.0  # stalled: nothing answered for this many times its recent latency...
+    stall_min: float = 2.0  # ...and at least this many seconds
+    metrics_port: int | None = None  # serve Prometheus text on 127.0.0.1:PORT/metrics (0: any port)
+    metrics_host: str = "127.0.0.1"
 
 
 @dataclass
@@ -75,9 +97,18 @@ def check_config(config: GenerateConfig) -> list[str]:
     problems = []
     if not config.endpoints:
         problems.append("no endpoint: give --endpoint URL (or --endpoints-file)")
-    for url in config.endpoints:
-        if not url.startswith(("http://", "https://")):
-            problems.append(f"endpoint {url!r} is not an http(s) URL")
+    from sglfleet.fleet._health import endpoint_from_url
+
+    seen: set[str] = set()
+    for i, url in enumerate(config.endpoints):
+        try:
+            base = endpoint_from_url(url, where=f"endpoint {i + 1}").url
+        except ValueError as exc:
+            problems.append(f"{exc} (e.g. http://10.0.0.5:30000)")
+            continue
+        if base in seen:
+            problems.append(f"endpoint {i + 1}: {url} is listed twice")
+        seen.add(base)
     if config.concurrency < 1:
         problems.append("--concurrency must be at least 1")
     if config.max_retries < 0:
@@ -91,80 +122,257 @@ def check_config(config: GenerateConfig) -> list[str]:
     return problems
 
 
+def _is_disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class _Halt(Exception):
+    """Ends the run with an exit code (raised inside request handlers, caught by them)."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(eq=False)
+class _Ticket:
+    """An attempt in flight: what :meth:`_Job.watch` needs to send it elsewhere too."""
+
+    url: str
+    body: bytes
+    task: asyncio.Task[Any]
+    settled: bool = False  # the waiting task has its answer (or gave up): nothing more to do
+    hedge: asyncio.Task[None] | None = None
+    won: tuple[client.Attempt, Endpoint] | None = None  # the other endpoint's answer, when it came first
+
+
+@dataclass
+class _Answer:
+    """What one request (all its turns) came to."""
+
+    attempt: client.Attempt
+    conversation: list[dict[str, Any]] | None = None
+    usage: tuple[int, int] = (0, 0)
+
+
 class _Job:
     """The state of one run (one event loop)."""
 
     def __init__(
         self,
         config: GenerateConfig,
+        *,
         store: OutputStore,
         stats: Stats,
-        reporter: Reporter,
+        pool: EndpointPool,
+        session: aiohttp.ClientSession,
         stop: asyncio.Event,
     ) -> None:
         self.config = config
         self.store = store
         self.stats = stats
-        self.reporter = reporter
+        self.pool = pool
+        self.session = session
         self.stop = stop
         self.fatal: str | None = None
+        self.fatal_code = ExitCode.FATAL
         self.rng = random.Random()
         self.timeout = aiohttp.ClientTimeout(total=config.request_timeout)
-        self.session: aiohttp.ClientSession | None = None
-        self.pool: EndpointPool | None = None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.tickets: dict[Endpoint, set[_Ticket]] = {}
 
-    def halt(self, fatal: str | None = None) -> None:
+    def halt(self, fatal: str | None = None, code: ExitCode = ExitCode.FATAL) -> None:
         if fatal and not self.fatal:
-            self.fatal = fatal
+            self.fatal, self.fatal_code = fatal, code
         self.stop.set()
 
+    def halt_on_write_error(self, what: str, exc: OSError) -> None:
+        if _is_disk_full(exc):
+            self.halt(f"no space left for {what} ({exc.strerror}); free some and rerun", ExitCode.DISK_FULL)
+        else:
+            self.halt(f"cannot write {what}: {exc}")
+
+    # -- one request --------------------------------------------------------------------------
+
     async def handle(self, req: Request, slot: asyncio.Semaphore) -> None:
-        assert self.pool is not None and self.session is not None
-        attempts = 0
-        avoid: Endpoint | None = None
         try:
-            while not self.stop.is_set():
-                ep = await self.pool.acquire(avoid)
-                if self.stop.is_set():
-                    self.pool.release(ep, "ok")
-                    return
-                outcome = "down"
-                try:
-                    a = await client.post(self.session, ep.url + req.url, req.body, self.timeout)
-                    outcome = "down" if a.endpoint_down else ("ok" if a.kind is client.Kind.OK else "error")
-                finally:
-                    self.pool.release(ep, outcome)
-                if a.kind is client.Kind.OK:
-                    self._record_ok(req, a)
-                    return
-                if a.kind is client.Kind.PERMANENT:
-                    self._record_failure(req, "http_error", a)
-                    return
-                attempts += 1
-                if attempts > self.config.max_retries:
-                    self._record_failure(req, "retries_exhausted", a, f" (after {attempts} attempts)")
-                    return
-                self.stats.retries += 1
-                avoid = ep
-                delay = client.backoff(attempts, self.config.backoff_base, self.config.backoff_cap, self.rng)
-                if not await client.sleep(delay, self.stop):
-                    return
+            answer = await (self._all_turns(req) if req.all_turns else self._one_turn(req))
+            if answer is not None:
+                self._record_ok(req, answer)
+        except _Halt as exc:
+            self.halt(str(exc), exc.code)
         except NoEndpoint as exc:
-            self.halt(str(exc))
+            self.halt(str(exc), ExitCode.AUTH if "API key" in str(exc) else ExitCode.NO_ENDPOINT)
         except OSError as exc:
-            self.halt(f"cannot write the output: {exc}")
+            self.halt_on_write_error(f"the output {self.store.output}", exc)
         finally:
             slot.release()
 
-    def _record_ok(self, req: Request, a: client.Attempt) -> None:
-        self.store.add_result(req.custom_id, a.request_id, a.body, a.raw)
-        usage = a.body.get("usage") if isinstance(a.body, dict) else None
-        if isinstance(usage, dict):
-            completion = int(usage.get("completion_tokens") or 0)
-            self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            self.stats.completion_tokens += completion
-            self.stats.completion_tokens_this_run += completion
+    async def _one_turn(self, req: Request) -> _Answer | None:
+        a = await self._complete(req, req.url, req.body)
+        if a is None:
+            return None
+        conversation = None
+        if req.turns is not None:
+            conversation = [*req.turns, self._assistant_turn(a.body)]
+        return _Answer(a, conversation, _usage(a.body))
+
+    async def _all_turns(self, req: Request) -> _Answer | None:
+        """SpecForge's regeneration: system and user turns kept, each assistant turn regenerated
+        from the regenerated conversation before it (the old assistant turns are dropped)."""
+        assert req.turns is not None
+        base = orjson.loads(req.body)
+        messages: list[dict[str, Any]] = []
+        prompt = completion = 0
+        last: client.Attempt | None = None
+        for turn in req.turns:
+            if turn["role"] == "assistant":
+                continue
+            messages.append(turn)
+            if turn["role"] != "user":
+                continue
+            last = await self._complete(req, req.url, orjson.dumps({**base, "messages": messages}))
+            if last is None:
+                return None
+            p, c = _usage(last.body)
+            prompt, completion = prompt + p, completion + c
+            messages = [*messages, self._assistant_turn(last.body)]
+        assert last is not None
+        # the recorded body is the last turn's, its usage the sum over every turn (what a resume
+        # reads back, and what merge's minimum-length rule sees)
+        body = dict(last.body)
+        body["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        last.body, last.raw = body, b""
+        return _Answer(last, messages, (prompt, completion))
+
+    def _assistant_turn(self, body: Any) -> dict[str, Any]:
+        message = body["choices"][0].get("message") or {}
+        content = message.get("content")
+        if content is None:  # a text completion
+            content = body["choices"][0].get("text", "")
+        turn: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.config.params.keep_reasoning and message.get("reasoning_content") is not None:
+            turn["reasoning_content"] = message["reasoning_content"]
+        return turn
+
+    async def _complete(self, req: Request, url: str, body: bytes) -> client.Attempt | None:
+        """One completion with retries; None when it failed for good (recorded as a failure)."""
+        attempts = 0
+        avoid: Endpoint | None = None
+        while not self.stop.is_set():
+            a, ep = await self._exchange(url, body, avoid)
+            if a is None:  # stopped meanwhile
+                return None
+            if a.kind is client.Kind.OK:
+                return a
+            if a.kind is client.Kind.AUTH:
+                self._check_auth(ep, a)
+                avoid = ep
+                continue  # another endpoint may take the key; not this request's fault
+            if a.kind is client.Kind.PERMANENT:
+                self._record_failure(req, "http_error", a)
+                return None
+            attempts += 1
+            if attempts > self.config.max_retries:
+                code = "invalid_response" if a.invalid_body else "retries_exhausted"
+                self._record_failure(req, code, a, f" (after {attempts} attempts)")
+                return None
+            self.stats.retries += 1
+            avoid = ep
+            delay = client.backoff(attempts, self.config.backoff_base, self.config.backoff_cap, self.rng)
+            if a.retry_after is not None:
+                delay = max(delay, a.retry_after)
+            if not await client.sleep(delay, self.stop):
+                return None
+        return None
+
+    def _check_auth(self, ep: Endpoint, a: client.Attempt) -> None:
+        if all(e.auth_failed for e in self.pool.endpoints):
+            status = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(a.status or 0, f"HTTP {a.status}")
+            raise _Halt(ExitCode.AUTH, f"{status} from {ep.url}: check the API key")
+
+    async def _exchange(
+        self, url: str, body: bytes, avoid: Endpoint | None
+    ) -> tuple[client.Attempt | None, Endpoint]:
+        """One attempt, awaited in this task (no task per request: that costs throughput). Should its
+        endpoint stall meanwhile, :meth:`watch` sends the same body to another endpoint too; when that
+        answers first it cancels this await and its answer is returned instead."""
+        ep = await self.pool.acquire(avoid)
+        if self.stop.is_set():
+            self.pool.release(ep, "cancelled")
+            return None, ep
+        ticket = _Ticket(url, body, asyncio.current_task())  # type: ignore[arg-type]
+        waiting = self.tickets.setdefault(ep, set())
+        waiting.add(ticket)
+        try:
+            a = await self._attempt(ep, url, body)
+            ticket.settled = True
+            return a, ep
+        except asyncio.CancelledError:
+            if ticket.won is None:
+                raise
+            ticket.task.uncancel()  # our own cancellation: the other endpoint's answer won
+            return ticket.won
+        finally:
+            ticket.settled = True
+            waiting.discard(ticket)
+            if ticket.hedge is not None and not ticket.hedge.done():
+                ticket.hedge.cancel()
+
+    async def watch(self, interval: float) -> None:
+        """Every ``interval`` s: take stalled endpoints out and re-send their requests elsewhere."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            for ep in self.pool.find_stalled(loop.time()):
+                self.pool.mark_stalled(ep)
+                for ticket in list(self.tickets.get(ep, ())):
+                    if ticket.hedge is None and not ticket.settled:
+                        ticket.hedge = asyncio.create_task(self._hedge(ticket, ep))
+
+    async def _hedge(self, ticket: _Ticket, stalled: Endpoint) -> None:
+        other = await self.pool.acquire(stalled)
+        if ticket.settled or self.stop.is_set():
+            self.pool.release(other, "cancelled")
+            return
+        self.stats.resent += 1
+        a = await self._attempt(other, ticket.url, ticket.body)
+        if a.kind is client.Kind.OK and not ticket.settled:
+            ticket.won = (a, other)
+            ticket.settled = True
+            ticket.task.cancel()
+
+    async def _attempt(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt:
+        """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        outcome = "cancelled"
+        latency = None
+        try:
+            a = await client.post(self.session, ep.url + url, body, self.timeout)
+            latency = loop.time() - started
+            if a.endpoint_down:
+                outcome = "down"
+            elif a.kind is client.Kind.AUTH:
+                outcome = "auth"
+            else:
+                outcome = "ok" if a.kind is client.Kind.OK else "error"
+            return a
+        finally:
+            self.pool.release(ep, outcome, latency)
+
+    def _record_ok(self, req: Request, answer: _Answer) -> None:
+        a = answer.attempt
+        raw = a.raw or None
+        self.store.add_result(req.custom_id, a.request_id, a.body, raw, answer.conversation)
+        prompt, completion = answer.usage
+        self.stats.prompt_tokens += prompt
+        self.stats.completion_tokens += completion
+        self.stats.completion_tokens_this_run += completion
         self.stats.done += 1
         self.stats.done_this_run += 1
 
@@ -172,17 +380,23 @@ class _Job:
         self.store.add_error(req.custom_id, code, a.message + suffix, a.status, a.body)
         self.stats.failed += 1
 
-    async def feed(self, requests: Any) -> None:
-        assert self.pool is not None
+    # -- the whole run ------------------------------------------------------------------------
+
+    async def feed(self, batches: Iterator[list[Request]]) -> None:
         slot = asyncio.Semaphore(2 * self.pool.capacity)  # bounds requests in flight + waiting to retry
-        for req in requests:
-            await slot.acquire()
-            if self.stop.is_set():
-                slot.release()
-                break
-            task = asyncio.create_task(self.handle(req, slot))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        while True:
+            # read the next batch off the event loop: a million-line input never blocks sending
+            batch = await asyncio.to_thread(next, batches, None)
+            if batch is None:
+                return
+            for req in batch:
+                await slot.acquire()
+                if self.stop.is_set():
+                    slot.release()
+                    return
+                task = asyncio.create_task(self.handle(req, slot))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
 
     async def drain(self, seconds: float | None) -> None:
         if self.tasks:
@@ -197,22 +411,28 @@ class _Job:
                 await task
 
 
-def _params_dict(params: GenParams) -> dict[str, Any]:
-    return {k: getattr(params, k) for k in ("model", "max_tokens", "temperature", "top_p")}
+def _usage(body: Any) -> tuple[int, int]:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 class _ManifestWriter:
-    def __init__(
-        self, config: GenerateConfig, scan_info: manifest.InputInfo, previous: manifest.Manifest | None
-    ):
+    def __init__(self, config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None):
         self.config = config
         self.path = manifest.manifest_path(Path(config.output))
-        self.input = scan_info
+        self.input = manifest.InputInfo(
+            path=str(config.input),
+            sha256=scan.sha256,
+            format=str(scan.format),
+            requests=scan.requests,
+            size=scan.size,
+        )
         self.run_started = _now()
-        compatible = previous is not None
-        self.first_started = previous.timings.first_started_at if compatible else self.run_started
-        self.runs = previous.timings.runs + 1 if compatible else 1
-        self.elapsed_before = previous.timings.total_elapsed_s if compatible else 0.0
+        self.first_started = previous.timings.first_started_at if previous else self.run_started
+        self.runs = previous.timings.runs + 1 if previous else 1  # this run counts once it writes
+        self.elapsed_before = previous.timings.total_elapsed_s if previous else 0.0
 
     def build(
         self, stats: Stats, status: manifest.Status, endpoints: list[Endpoint], message: str = ""
@@ -221,7 +441,7 @@ class _ManifestWriter:
         return manifest.Manifest(
             status=status,
             input=self.input,
-            params=_params_dict(self.config.params),
+            params=self.config.params.record(),
             endpoints=[e.url for e in endpoints],
             counts=manifest.Counts(
                 total=stats.total,
@@ -230,6 +450,7 @@ class _ManifestWriter:
                 remaining=stats.remaining,
                 sent_this_run=stats.done_this_run + stats.failed,
                 retries_this_run=stats.retries,
+                resent_this_run=stats.resent,
             ),
             tokens=manifest.Tokens(prompt=stats.prompt_tokens, completion=stats.completion_tokens),
             throughput=manifest.Throughput(
@@ -249,8 +470,17 @@ class _ManifestWriter:
             errors_file=str(errors_path(Path(self.config.output))),
             message=message,
             endpoint_stats={
-                e.url: {"ok": e.ok, "errors": e.errors, "sent": e.sent, "up": float(e.up)} for e in endpoints
+                e.url: {
+                    "ok": e.ok,
+                    "errors": e.errors,
+                    "sent": e.sent,
+                    "up": float(e.up),
+                    "stalls": e.stalls,
+                    "in_flight": e.in_flight,
+                }
+                for e in endpoints
             },
+            pid=os.getpid(),
         )
 
     def save(
@@ -284,72 +514,142 @@ async def run_async(
     config: GenerateConfig, reporter: Reporter | None = None, handle_signals: bool = True
 ) -> Outcome:
     """Run the job; see :class:`ExitCode` for what the outcome's exit code means."""
-    problems = check_config(config)
-    if problems:
-        return Outcome(ExitCode.BAD_INPUT, "; ".join(problems))
     interrupt = _Interrupt()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
-    for sig in signals:
+    for sig in signals:  # before anything else: an interrupt at any moment exits 130, resumably
         loop.add_signal_handler(sig, interrupt)
     try:
-        return await _prepare_and_run(config, reporter, interrupt)
+        problems = check_config(config)
+        if problems:
+            return Outcome(ExitCode.BAD_INPUT, "; ".join(problems))
+        prepared = await _prepare(config, interrupt)
+        if isinstance(prepared, Outcome):
+            return prepared
+        try:
+            return await _execute(config, prepared, reporter, interrupt)
+        finally:
+            prepared.store.close()
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
 
 
-async def _prepare_and_run(
-    config: GenerateConfig, reporter: Reporter | None, interrupt: _Interrupt
-) -> Outcome:
-    scan = await asyncio.to_thread(scan_input, Path(config.input))
-    if interrupt.signalled:
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-    if not scan.ok or scan.format is None:
-        n = len(scan.errors)
-        return Outcome(
-            ExitCode.BAD_INPUT, f"{config.input}: {n} bad line{'s' * (n != 1)}; nothing was sent", scan.errors
-        )
-    params = _params_dict(config.params)
+@dataclass
+class _Prepared:
+    scan: ScanResult
+    previous: manifest.Manifest | None
+    store: OutputStore
+    resumed: Resumed
+    pending: list[int]
+    live: list[str]  # the endpoints that answered the preflight, in the order given
+
+
+async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared | Outcome:
+    """Validate, check the manifest, probe the endpoints, open the output; an Outcome to refuse."""
     mpath = manifest.manifest_path(Path(config.output))
     try:
         previous = manifest.load(mpath)
     except manifest.ManifestError as exc:
         return Outcome(ExitCode.BAD_INPUT, f"{exc}; remove it or choose another output")
-    if previous is not None and not config.force:
-        reasons = manifest.mismatches(previous, scan.sha256, params)
-        if reasons:
-            return Outcome(
-                ExitCode.BAD_INPUT,
-                f"{config.output} belongs to another job: {'; '.join(reasons)}. "
-                "Use --force to continue it anyway (results already written are kept), or another --output",
-            )
-    if previous is None and _has_content(Path(config.output)) and not config.force:
+    prefix = previous.input.size if previous is not None else None
+    # a resume of the same job: its input was validated by an earlier run, with these settings
+    same_job = previous is not None and previous.params == config.params.record()
+    scan = await asyncio.to_thread(
+        scan_input,
+        Path(config.input),
+        all_turns=config.params.turns == "all",
+        prefix_size=prefix,
+        trusted_sha256=previous.input.sha256 if same_job and previous is not None else None,
+    )
+    if interrupt.signalled:
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    refused = _check_previous(config, scan, previous, mpath)
+    if refused is not None and refused.exit_code is ExitCode.INPUT_CHANGED:
+        if scan.errors:  # the change is the news; its bad lines follow
+            refused.message += f" The input now has {len(scan.errors)} bad line(s) too."
+            refused.input_errors = scan.errors
+        return refused
+    if not scan.ok or scan.format is None:
+        n = len(scan.errors)
         return Outcome(
-            ExitCode.BAD_INPUT,
-            f"{config.output} exists but has no manifest ({mpath}): "
-            "use --force to resume into it, or another --output",
+            ExitCode.BAD_INPUT, f"{config.input}: {n} bad line{'s' * (n != 1)}; nothing was sent", scan.errors
         )
-
+    if refused is not None:
+        return refused
+    live = await _preflight(config)
+    if isinstance(live, Outcome):
+        return live
+    if interrupt.signalled:
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
     store = OutputStore(Path(config.output), config.fsync_interval)
+
+    def open_store() -> tuple[Resumed, list[int]]:
+        resumed = store.open()
+        return resumed, scan.pending(resumed.done)
+
     try:
-        resumed: Resumed = await asyncio.to_thread(store.open)
+        resumed, pending = await asyncio.to_thread(open_store)
     except StoreError as exc:
         return Outcome(ExitCode.BAD_INPUT, str(exc))
-    try:
-        if interrupt.signalled:
-            return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-        return await _run_open(
-            config=config,
-            scan=scan,
-            previous=previous,
-            store=store,
-            resumed=resumed,
-            reporter=reporter,
-            interrupt=interrupt,
-        )
-    finally:
+    except OSError as exc:
         store.close()
+        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
+        return Outcome(code, f"cannot open the output {config.output}: {exc}")
+    if interrupt.signalled:
+        store.close()
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    return _Prepared(scan, previous, store, resumed, pending, live)
+
+
+def _check_previous(
+    config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None, mpath: Path
+) -> Outcome | None:
+    if previous is None:
+        if _has_content(Path(config.output)) and not config.force:
+            return Outcome(
+                ExitCode.BAD_INPUT,
+                f"{config.output} exists but has no manifest ({mpath}): "
+                "use --force to resume into it, or another --output",
+            )
+        return None
+    if config.force:
+        return None
+    reasons = manifest.mismatches(
+        previous, scan.sha256, config.params.record(), scan.size, scan.prefix_sha256
+    )
+    if not reasons:
+        return None
+    code = ExitCode.INPUT_CHANGED if previous.input.sha256 != scan.sha256 else ExitCode.BAD_INPUT
+    return Outcome(
+        code,
+        f"{config.output} belongs to another job: {'; '.join(reasons)}. "
+        "Use --force to continue it anyway (results already written are kept), or another --output",
+    )
+
+
+async def _preflight(config: GenerateConfig) -> list[str] | Outcome:
+    """Probe every endpoint at once with the fleet's health probe; the ones that answer, or why none."""
+    from sglfleet.fleet._health import endpoints_from_urls, probe_fleet_async
+
+    rows = await probe_fleet_async(
+        endpoints_from_urls(config.endpoints), api_key=config.api_key, probe_timeout=config.probe_timeout
+    )
+    live = [r.url for r in rows if r.healthy]
+    if not live:
+        causes = "; ".join(f"{r.url}: {r.reason}" for r in rows)
+        return Outcome(
+            ExitCode.NO_ENDPOINT,
+            f"no endpoint answers /health_generate ({causes}); nothing was sent, rerun when the fleet is up",
+        )
+    denied = [r for r in rows if r.healthy and r.detail and "401" in r.detail]
+    if len(denied) == len(live):
+        return Outcome(
+            ExitCode.AUTH,
+            f"401 Unauthorized from {denied[0].url}/model_info: check the API key "
+            f"({'none was given' if not config.api_key else 'the one given is refused'}); nothing was sent",
+        )
+    return live
 
 
 def _has_content(path: Path) -> bool:
@@ -359,110 +659,169 @@ def _has_content(path: Path) -> bool:
         return False
 
 
-async def _run_open(
-    *,
-    config: GenerateConfig,
-    scan: Any,
-    previous: manifest.Manifest | None,
-    store: OutputStore,
-    resumed: Resumed,
-    reporter: Reporter | None,
-    interrupt: _Interrupt,
+async def _execute(
+    config: GenerateConfig, prepared: _Prepared, reporter: Reporter | None, interrupt: _Interrupt
 ) -> Outcome:
-    done = scan.ids.count_in(resumed.done)
-    stats = Stats(total=scan.requests, done=done)
+    """Send the pending requests and write their results; the outcome of the run."""
+    scan, resumed = prepared.scan, prepared.resumed
+    stats = Stats(total=scan.requests, done=scan.requests - len(prepared.pending))
     stats.prompt_tokens, stats.completion_tokens = resumed.prompt_tokens, resumed.completion_tokens
-    info = manifest.InputInfo(
-        path=str(config.input), sha256=scan.sha256, format=str(scan.format), requests=scan.requests
-    )
-    writer = _ManifestWriter(config, info, previous)
+    writer = _ManifestWriter(config, scan, prepared.previous)
     reporter = reporter or LogReporter(sys.stdout)
-    job = _Job(config, store, stats, reporter, interrupt.stop)
     session = client.make_session(config.concurrency * len(config.endpoints), config.api_key)
-    job.session = session
 
     async def probe(ep: Endpoint) -> bool:
-        return await client.probe_health(session, ep.url, min(10.0, config.request_timeout))
+        return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))
 
-    pool = EndpointPool(
+    pool = _make_pool(config, probe)
+    job = _Job(config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop)
+    for ep in pool.endpoints:
+        if ep.url not in prepared.live:  # it did not answer the preflight: the prober waits for it
+            pool.take_out(ep)
+    try:
+        writer.save(stats, "running", pool.endpoints)
+    except OSError as exc:
+        await _close(pool, session)
+        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
+        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
+    metrics = await _start_metrics(config, stats, pool)
+    if isinstance(metrics, Outcome):
+        await _close(pool, session)
+        return metrics
+    batches = read_requests(Path(config.input), scan, prepared.pending, config.params)
+    with reporter:
+        background = [
+            asyncio.create_task(_report(reporter, stats, pool)),
+            asyncio.create_task(_save_manifest_every(config.manifest_interval, job, writer)),
+            asyncio.create_task(job.watch(min(0.5, config.stall_min / 4))),
+        ]
+        try:
+            await _dispatch(job, batches, interrupt.force)
+        except InputChanged as exc:
+            job.halt(str(exc), ExitCode.INPUT_CHANGED)
+            await job.cancel_all()
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await job.cancel_all()
+            await _close(pool, session)
+            if metrics is not None:
+                await metrics.cleanup()
+            try:
+                prepared.store.sync()
+            except OSError as exc:
+                job.halt_on_write_error(f"the output {config.output}", exc)
+        reporter.update(stats, pool.endpoints)
+    code, status, msg = _verdict(job, stats, interrupt, prepared.store)
+    try:
+        m = writer.save(stats, status, pool.endpoints, msg)
+    except OSError as exc:
+        if _is_disk_full(exc):
+            code = ExitCode.DISK_FULL
+        msg = f"{msg}; the manifest could not be updated ({exc}), the previous one is kept"
+        return Outcome(code if code != ExitCode.OK else ExitCode.FATAL, msg, manifest=None)
+    return Outcome(code, msg, manifest=m)
+
+
+def _make_pool(config: GenerateConfig, probe: Callable[[Endpoint], Any]) -> EndpointPool:
+    return EndpointPool(
         config.endpoints,
         config.concurrency,
         probe,
         down_after=config.down_after,
         probe_interval=config.probe_interval,
         down_timeout=config.down_timeout,
+        stall_factor=config.stall_factor,
+        stall_min=config.stall_min,
     )
-    job.pool = pool
-    writer.save(stats, "running", pool.endpoints)
 
-    loop = asyncio.get_running_loop()
-    force = interrupt.force
 
-    async def report() -> None:
-        last_manifest = loop.time()
-        while True:
-            await asyncio.sleep(reporter.interval)
-            reporter.update(stats, pool.endpoints)
-            if loop.time() - last_manifest >= config.manifest_interval:
-                last_manifest = loop.time()
-                writer.save(stats, "running", pool.endpoints)
+async def _close(pool: EndpointPool, session: aiohttp.ClientSession) -> None:
+    await pool.aclose()
+    await session.close()
 
-    skip: Callable[[str], bool] = resumed.done.__contains__
-    requests = iter_requests(Path(config.input), scan.format, config.params, skip=skip)
-    with reporter:
-        reporter_task = asyncio.create_task(report())
-        feeder = asyncio.create_task(job.feed(requests))
-        try:
-            stop_wait = asyncio.create_task(job.stop.wait())
-            await asyncio.wait({feeder, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            if feeder.done():
-                feeder.result()
-                # everything is dispatched: wait for the rest, unless told to stop
-                while job.tasks and not job.stop.is_set():
-                    await asyncio.wait({*job.tasks, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            else:
-                feeder.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await feeder
-            if job.stop.is_set() and job.tasks:
-                force_wait = asyncio.create_task(force.wait())
-                grace = asyncio.create_task(job.drain(config.grace if not job.fatal else 0))
-                await asyncio.wait({grace, force_wait}, return_when=asyncio.FIRST_COMPLETED)
-                force_wait.cancel()
-                grace.cancel()
-                await job.cancel_all()
-            stop_wait.cancel()
-        finally:
-            reporter_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reporter_task
+
+async def _dispatch(job: _Job, batches: Iterator[list[Request]], force: asyncio.Event) -> None:
+    """Feed every request, wait for the answers; on a stop, give in-flight requests the grace."""
+    feeder = asyncio.create_task(job.feed(batches))
+    stop_wait = asyncio.create_task(job.stop.wait())
+    try:
+        await asyncio.wait({feeder, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if feeder.done():
+            feeder.result()
+            # everything is dispatched: wait for the rest, unless told to stop
+            while job.tasks and not job.stop.is_set():
+                await asyncio.wait({*job.tasks, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if job.stop.is_set() and job.tasks:
+            force_wait = asyncio.create_task(force.wait())
+            grace = asyncio.create_task(job.drain(job.config.grace if not job.fatal else 0))
+            await asyncio.wait({grace, force_wait}, return_when=asyncio.FIRST_COMPLETED)
+            force_wait.cancel()
+            grace.cancel()
             await job.cancel_all()
-            await pool.aclose()
-            await session.close()
-            store.sync()
+    finally:
+        stop_wait.cancel()
+        if not feeder.done():
+            feeder.cancel()
+        with contextlib.suppress(asyncio.CancelledError, InputChanged):
+            await feeder
+
+
+async def _report(reporter: Reporter, stats: Stats, pool: EndpointPool) -> None:
+    while True:
+        await asyncio.sleep(reporter.interval)
         reporter.update(stats, pool.endpoints)
 
+
+async def _save_manifest_every(interval: float, job: _Job, writer: _ManifestWriter) -> None:
+    """The manifest on its own timer, whatever the log interval (what `job status` reads)."""
+    while True:
+        await asyncio.sleep(interval)
+        m = writer.build(job.stats, "running", job.pool.endpoints)
+        try:
+            await asyncio.to_thread(manifest.save, writer.path, m)
+        except OSError as exc:
+            job.halt_on_write_error(f"the manifest {writer.path}", exc)
+            return
+
+
+async def _start_metrics(config: GenerateConfig, stats: Stats, pool: EndpointPool) -> Any:
+    """The metrics server's runner (None without --metrics-port), or an Outcome when it cannot listen."""
+    if config.metrics_port is None:
+        return None
+    from sglfleet.gen._metrics import start
+
+    try:
+        runner, port = await start(config.metrics_host, config.metrics_port, stats, pool)
+    except OSError as exc:
+        return Outcome(
+            ExitCode.BAD_INPUT,
+            f"--metrics-port {config.metrics_port}: cannot listen on {config.metrics_host}: {exc.strerror}",
+        )
+    stats.metrics_port = port
+    print(f"generate: metrics on http://{config.metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
+    return runner
+
+
+def _verdict(
+    job: _Job, stats: Stats, interrupt: _Interrupt, store: OutputStore
+) -> tuple[ExitCode, manifest.Status, str]:
     if job.fatal:
-        code, status, msg = ExitCode.FATAL, "failed", f"stopped: {job.fatal}; rerun to resume"
-    elif interrupt.signalled:
-        code, status, msg = (
-            ExitCode.INTERRUPTED,
-            "interrupted",
-            "interrupted; rerun the same command to resume",
+        return job.fatal_code, "failed", f"stopped: {job.fatal}; rerun to resume"
+    if interrupt.signalled:
+        return ExitCode.INTERRUPTED, "interrupted", "interrupted; rerun the same command to resume"
+    if stats.failed:
+        return (
+            ExitCode.FAILURES,
+            "complete_with_failures",
+            f"done with {stats.failed} permanent failure(s), see {store.errors_path}; a rerun retries them",
         )
-    elif stats.failed:
-        code, status = ExitCode.FAILURES, "complete_with_failures"
-        msg = f"done with {stats.failed} permanent failure(s), see {store.errors_path}; a rerun retries them"
-    elif stats.remaining:
-        code, status, msg = (
-            ExitCode.FATAL,
-            "failed",
-            f"{stats.remaining} request(s) left unsent; rerun to resume",
-        )
-    else:
-        code, status, msg = ExitCode.OK, "complete", "complete"
-    m = writer.save(stats, status, pool.endpoints, msg)  # type: ignore[arg-type]
-    return Outcome(code, msg, manifest=m)
+    if stats.remaining:
+        return ExitCode.FATAL, "failed", f"{stats.remaining} request(s) left unsent; rerun to resume"
+    return ExitCode.OK, "complete", "complete"
 
 
 def run(config: GenerateConfig, reporter: Reporter | None = None, handle_signals: bool = True) -> Outcome:

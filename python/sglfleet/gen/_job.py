@@ -6,7 +6,10 @@ What the ``generation_job`` Ansible module does, kept here so it can be tested w
 * :func:`decide` says what to do about it: a running job is left alone (progress reported); a
   complete one too (its summary); a failed, stopped or never-started one is started, and resumes
   where it stopped (the engine's exactly-once output guarantees that);
-* :func:`start` / :func:`stop` act; :func:`wait` polls until the unit is no longer active.
+* :func:`start` / :func:`stop` act; :func:`wait` polls until the unit is no longer active,
+  calling back with the counts at every poll (the module logs them and returns them as ``progress``);
+* :func:`verdict` says whether the phase is done: the job complete, with at most ``max_failures``
+  permanent failures.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class JobSpec:
     api_key: str | None = None
     env_dir: Path = Path("/run/sglfleet")
     python: str = sys.executable
+    max_failures: int = 0  # permanent failures the phase tolerates (the job's exit code 3 either way)
 
     @property
     def unit(self) -> str:
@@ -64,6 +68,8 @@ class JobSpec:
             out.append(f"name {self.name!r} must be 1-64 of [A-Za-z0-9_.-], starting with a letter or digit")
         if not self.input.is_absolute() or not self.output.is_absolute():
             out.append("input and output must be absolute paths")
+        if self.max_failures < 0:
+            out.append(f"max_failures must be 0 or more, got {self.max_failures}")
         return out
 
     def command(self) -> list[str]:
@@ -177,13 +183,18 @@ def decide(obs: Observed, wanted: str, retry_failures: bool = False) -> Decision
     return Decision("start", m.status, f"the job is {m.status}: start it again, it resumes")
 
 
+API_KEY_ENV = "SGLFLEET_API_KEY"  # what `sglfleet generate` reads (sglfleet.cli._common)
+
+
 def write_env(spec: JobSpec) -> None:
-    """The unit's environment file (mode 0600): the API key stays out of unit properties and argv."""
+    """The unit's environment file (mode 0600, whatever existed before): the API key stays out of
+    unit properties and argv."""
     spec.env_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(spec.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w") as fh:
         if spec.api_key:
-            fh.write(f"SGLANG_API_KEY={shlex.quote(spec.api_key)}\n")
+            fh.write(f"{API_KEY_ENV}={shlex.quote(spec.api_key)}\n")
 
 
 def start(spec: JobSpec, runner: Runner = _run) -> None:
@@ -211,14 +222,51 @@ def stop(spec: JobSpec, runner: Runner = _run) -> None:
         raise RuntimeError(f"systemctl stop {spec.unit} failed: {proc.stderr.strip()}")
 
 
-def wait(spec: JobSpec, timeout: float, interval: float = 5.0, runner: Runner = _run) -> Observed:
-    """Poll until the unit is no longer active or ``timeout`` seconds passed; the last observation."""
+def progress_of(obs: Observed) -> dict[str, Any]:
+    """One poll's counts: what the module logs and returns in ``progress``."""
+    m = obs.manifest
+    counts = m.counts if m is not None else None
+    return {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "state": "running" if obs.running else (m.status if m else "absent"),
+        "done": counts.done if counts else 0,
+        "failed": counts.failed if counts else 0,
+        "total": counts.total if counts else 0,
+        "requests_per_s": m.throughput.requests_per_s if m else 0.0,
+    }
+
+
+def wait(
+    spec: JobSpec,
+    timeout: float,
+    interval: float = 5.0,
+    runner: Runner = _run,
+    on_poll: Callable[[dict[str, Any]], None] | None = None,
+) -> Observed:
+    """Poll until the unit is no longer active or ``timeout`` seconds passed; the last observation.
+    ``on_poll`` gets each poll's counts (:func:`progress_of`)."""
     deadline = time.monotonic() + timeout
     while True:
         obs = observe(spec, runner)
+        if on_poll is not None:
+            on_poll(progress_of(obs))
         if not obs.running or time.monotonic() >= deadline:
             return obs
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+def verdict(obs: Observed, max_failures: int) -> tuple[bool, int | None]:
+    """(phase_done, the job's exit code): done when the job is complete and no more than
+    ``max_failures`` requests failed for good."""
+    m = obs.manifest
+    code = obs.exit_status
+    if m is None or obs.running:
+        return False, code
+    if m.status == "complete":
+        return True, 0 if code is None else code
+    if m.status == "complete_with_failures":
+        return m.counts.failed <= max_failures, 3 if code is None else code
+    return False, code
 
 
 def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = _run) -> str:
@@ -233,6 +281,7 @@ def summary(obs: Observed) -> dict[str, Any]:
         return {"status": "absent", "counts": {}, "tokens": {}, "throughput": {}, "message": ""}
     return {
         "status": "running" if obs.running else m.status,
+        "state": "running" if obs.running else m.status,
         "counts": m.counts.model_dump(),
         "tokens": m.tokens.model_dump(),
         "throughput": m.throughput.model_dump(),

@@ -1,15 +1,20 @@
 """``OUT.manifest.json``: what a generation job was asked, how far it got, and how fast.
 
-The manifest ties an output to its input (SHA-256) and its generation parameters: a later run
-with another input or other parameters is refused unless forced. It is rewritten atomically
-(temporary file, ``fsync``, ``rename``) at the start, every few seconds, and at the end of a run,
-so readers (the ``generation_job`` module) always see a whole document.
+The manifest ties an output to its input (SHA-256 and size) and its generation parameters: a
+later run with another input or other parameters is refused unless forced. It is rewritten
+atomically (a temporary file written whole and checked, ``fsync``, ``rename``, the directory
+``fsync``-ed) at the start, every few seconds, and at the end of a run, so readers (``sglfleet job
+status``, the ``generation_job`` module) always see a whole document, and a full disk or a short
+write leaves the previous manifest as it was and no temporary file behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +30,7 @@ class Counts(BaseModel):
     remaining: int = 0
     sent_this_run: int = 0
     retries_this_run: int = 0
+    resent_this_run: int = 0  # requests sent to a second endpoint because theirs stalled
 
 
 class Tokens(BaseModel):
@@ -51,6 +57,7 @@ class InputInfo(BaseModel):
     sha256: str
     format: str
     requests: int
+    size: int | None = None  # bytes validated and sent from (None: a manifest from before it was kept)
 
 
 class Manifest(BaseModel):
@@ -66,6 +73,7 @@ class Manifest(BaseModel):
     errors_file: str
     message: str = ""
     endpoint_stats: dict[str, dict[str, float]] = Field(default_factory=dict)
+    pid: int | None = None  # of the run that wrote it
 
 
 class ManifestError(RuntimeError):
@@ -89,23 +97,67 @@ def load(path: Path) -> Manifest | None:
 
 
 def save(path: Path, manifest: Manifest) -> None:
+    """Replace ``path`` with ``manifest``, whole or not at all (OSError, e.g. ENOSPC, on failure)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     data = json.dumps(manifest.model_dump(mode="json"), indent=2).encode() + b"\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                if n <= 0:  # a write that makes no progress: treat as a full disk
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
+                view = view[n:]
+            os.fsync(fd)
+            if os.fstat(fd).st_size != len(data):
+                raise OSError(errno.EIO, f"short write: {os.fstat(fd).st_size} of {len(data)} bytes", tmp)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        os.close(dir_fd)
 
 
-def mismatches(previous: Manifest, sha256: str, params: dict[str, Any]) -> list[str]:
+def input_change(previous: Manifest, sha256: str, size: int, prefix_sha256: str | None) -> str | None:
+    """What changed in the input since ``previous`` was written, in words; None when nothing did.
+
+    ``prefix_sha256``: the hash of the input's first ``previous.input.size`` bytes as it is now."""
+    if previous.input.sha256 == sha256:
+        return None
+    old = previous.input.size
+    if old is None:
+        return f"the input changed (sha256 {previous.input.sha256[:12]}… → {sha256[:12]}…)"
+    if size > old and prefix_sha256 == previous.input.sha256:
+        return (
+            f"the input grew from {old} to {size} bytes (lines were appended; the first {old} are unchanged)"
+        )
+    if size < old:
+        return f"the input shrank from {old} to {size} bytes"
+    was, now = previous.input.sha256[:12], sha256[:12]
+    return f"the input was edited within its first {old} bytes (sha256 {was}… → {now}…)"
+
+
+def mismatches(
+    previous: Manifest,
+    sha256: str,
+    params: dict[str, Any],
+    size: int | None = None,
+    prefix_sha256: str | None = None,
+) -> list[str]:
     """Why a run with this input and these parameters is not a continuation of ``previous``."""
     reasons = []
-    if previous.input.sha256 != sha256:
-        reasons.append(f"the input changed (sha256 {previous.input.sha256[:12]}… → {sha256[:12]}…)")
+    change = input_change(previous, sha256, size if size is not None else -1, prefix_sha256)
+    if change:
+        reasons.append(change)
     if previous.params != params:
         keys = sorted(set(previous.params) | set(params))
         diff = [

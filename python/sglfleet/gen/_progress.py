@@ -31,6 +31,8 @@ class Stats:
     done_this_run: int = 0
     failed: int = 0
     retries: int = 0
+    resent: int = 0  # requests sent to a second endpoint because theirs stalled
+    metrics_port: int | None = None  # where --metrics-port listens, once it does
     prompt_tokens: int = 0
     completion_tokens: int = 0
     completion_tokens_this_run: int = 0
@@ -68,10 +70,16 @@ def _hms(seconds: float | None) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def _state(e: Endpoint) -> str:
+    if e.up:
+        return ""
+    return "(auth)" if e.auth_failed else "(stalled)" if e.stalled.is_set() else "(down)"
+
+
 def summary_line(stats: Stats, endpoints: list[Endpoint]) -> str:
     rps, tps = stats.sample()
     pct = 100.0 * stats.done / stats.total if stats.total else 100.0
-    flight = " ".join(f"{e.name}:{e.in_flight}{'' if e.up else '(down)'}" for e in endpoints)
+    flight = " ".join(f"{e.name}:{e.in_flight}{_state(e)}" for e in endpoints)
     return (
         f"generate: {stats.done}/{stats.total} ({pct:.1f}%) {rps:.1f} req/s {tps:,.0f} out tok/s "
         f"ETA {_hms(stats.eta(rps))} errors {stats.failed} retries {stats.retries} in flight {flight}"
@@ -132,7 +140,11 @@ class RichReporter:
             table.add_column(col, justify="left" if col in ("endpoint", "state") else "right")
         for e in endpoints:
             table.add_row(
-                e.name, str(e.in_flight), str(e.ok), str(e.errors), "up" if e.up else Text("down", "red")
+                e.name,
+                str(e.in_flight),
+                str(e.ok),
+                str(e.errors),
+                "up" if e.up else Text(_state(e)[1:-1], "red"),
             )
         line = Table.grid(padding=(0, 1))
         line.add_row(bar, head)

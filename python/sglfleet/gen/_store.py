@@ -3,7 +3,9 @@
 Files, for an output ``OUT``:
 
 * ``OUT``: one OpenAI Batch output line per successful custom_id
-  (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``);
+  (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``; for
+  conversation input also ``"conversations"``: the conversation with its regenerated assistant
+  turns, the row ``sglfleet merge`` writes);
 * ``OUT.errors.jsonl``: the permanent failures of the latest run, same shape with ``error`` set
   (they are retried by the next run, so the file is started afresh by each run).
 
@@ -12,13 +14,16 @@ result is reported written it survives a crash of the process (``kill -9``); the
 ``fsync``-ed at most every ``fsync_interval`` seconds and when the store closes, so an OS crash or
 power loss loses at most the results of that interval, which the next run regenerates. A crash in
 the middle of a write leaves a torn last line: :meth:`OutputStore.open` cuts it before reading the
-ids already done. An exclusive ``flock`` on ``OUT`` refuses a second writer.
+ids already done; a write that fails (a full disk) is cut back at once, so the file never holds
+half a line. An exclusive ``flock`` on ``OUT`` refuses a second writer.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +73,18 @@ class LineIds:
         return f"{self._prefix}{self._n:08x}"
 
 
-def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | None, line_id: str) -> bytes:
+def result_line(
+    custom_id: str,
+    request_id: str,
+    body: Any,
+    raw_body: bytes | None,
+    line_id: str,
+    *,
+    conversations: list[dict[str, Any]] | None = None,
+) -> bytes:
     """A success line. ``raw_body`` (the server's bytes for ``body``) is spliced in when compact."""
     spliced = _compact(raw_body) if raw_body is not None else None
+    tail = b"}\n" if conversations is None else b',"conversations":' + orjson.dumps(conversations) + b"}\n"
     return b"".join(
         (
             b'{"id":"',
@@ -81,7 +95,8 @@ def result_line(custom_id: str, request_id: str, body: Any, raw_body: bytes | No
             orjson.dumps(request_id),
             b',"body":',
             spliced or orjson.dumps(body),
-            b'},"error":null}\n',
+            b'},"error":null',
+            tail,
         )
     )
 
@@ -99,8 +114,24 @@ def error_line(
     return orjson.dumps(record) + b"\n"
 
 
+# The lines this module writes start {"id":"batch_req_…","custom_id":"…", and their body's usage is
+# an object of integers: both are found without parsing the (large) line; anything else is parsed.
+_OURS = re.compile(rb'^\{"id":"[^"\\]*","custom_id":("(?:[^"\\]|\\.)*"),"response":\{"status_code":200,')
+_PROMPT = re.compile(rb'"prompt_tokens":\s*(\d+)\s*[,}]')
+_COMPLETION = re.compile(rb'"completion_tokens":\s*(\d+)\s*[,}]')
+
+
 def _parse(raw: bytes) -> tuple[str, int, int] | None:
     """(custom_id, prompt tokens, completion tokens) of an output line; None if it is not one."""
+    ours = _OURS.match(raw)
+    if ours is not None and raw.endswith((b"}\n", b"}")):
+        usage = raw.rfind(b'"usage":')
+        if usage < 0:
+            return orjson.loads(ours.group(1)), 0, 0
+        end = raw.find(b"}", usage)
+        p, c = _PROMPT.search(raw, usage, end + 1), _COMPLETION.search(raw, usage, end + 1)
+        if p is not None and c is not None:
+            return orjson.loads(ours.group(1)), int(p.group(1)), int(c.group(1))
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -206,14 +237,36 @@ class OutputStore:
 
     @staticmethod
     def _write(fd: int, line: bytes) -> None:
+        """Append ``line`` whole, or cut back what part of it got written and raise (e.g. ENOSPC)."""
         view = memoryview(line)
-        while view:
-            n = os.write(fd, view)
+        n = os.write(fd, view)  # the common case: one write(2) of the whole line
+        if n == len(line):
+            return
+        start = os.fstat(fd).st_size - n
+        try:
             view = view[n:]
+            while view:
+                n = os.write(fd, view)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
 
-    def add_result(self, custom_id: str, request_id: str, body: Any, raw_body: bytes | None = None) -> None:
+    def add_result(
+        self,
+        custom_id: str,
+        request_id: str,
+        body: Any,
+        raw_body: bytes | None = None,
+        conversations: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Append the success line of ``custom_id`` (``raw_body``: the server's bytes, kept if compact)."""
-        self._write(self._fd, result_line(custom_id, request_id, body, raw_body, self._line_ids()))
+        line = result_line(
+            custom_id, request_id, body, raw_body, self._line_ids(), conversations=conversations
+        )
+        self._write(self._fd, line)
         self._after_write()
 
     def add_error(

@@ -1,0 +1,72 @@
+"""Arguments that several subcommands share: which instances, and the API key.
+
+The key is read, first match wins, from ``--api-key`` (on the command line, visible in ``ps``:
+prefer the others), ``--api-key-file FILE`` or ``$SGLFLEET_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from sglfleet.fleet import _health as health
+
+API_KEY_ENV = "SGLFLEET_API_KEY"
+
+
+def add_api_key_args(parser: argparse.ArgumentParser) -> None:
+    auth = parser.add_argument_group("authentication")
+    auth.add_argument(
+        "--api-key-file", type=Path, help=f"file holding the SGLang API key (else ${API_KEY_ENV})"
+    )
+    auth.add_argument(
+        "--api-key",
+        help=f"the SGLang API key (visible to other users in ps: prefer ${API_KEY_ENV} or --api-key-file)",
+    )
+
+
+def api_key_from_args(args: argparse.Namespace) -> str | None:
+    """The key from --api-key, --api-key-file or $SGLFLEET_API_KEY; ValueError naming a bad file."""
+    if args.api_key:
+        return args.api_key
+    if args.api_key_file:
+        try:
+            return args.api_key_file.read_text().strip() or None
+        except OSError as exc:
+            raise ValueError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from None
+    return os.environ.get(API_KEY_ENV) or None
+
+
+def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) -> None:
+    """The flags that say which instances to probe (`sglfleet health`, `sglfleet status`)."""
+    group = parser.add_argument_group("instances (--url ..., or --host/--port-base/--count)")
+    group.add_argument("--url", action="append", default=[], help="base URL of an instance (repeatable)")
+    group.add_argument(
+        "--host", default="127.0.0.1", help="host of instances 0..COUNT-1 (default: %(default)s)"
+    )
+    group.add_argument(
+        "--port-base", type=int, default=30000, help="port of instance 0 (default: %(default)s)"
+    )
+    count_help = "number of instances; instance i listens on PORT_BASE+i and uses GPU i"
+    if not count_required:
+        count_help += (
+            " (default: the instances the instance-*.env files in --env-dir describe, else one per GPU "
+            "nvidia-smi lists)"
+        )
+    group.add_argument("--count", type=int, default=None, help=count_help)
+    add_api_key_args(parser)
+    parser.add_argument("--expected-model", help="fail instances that do not serve this model")
+    parser.add_argument("--timeout", type=float, default=health.DEFAULT_TIMEOUT_S, help="seconds per probe")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def endpoints_from_args(args: argparse.Namespace, default_count: int | None = None) -> list[health.Endpoint]:
+    if args.url and args.count is not None:
+        raise ValueError("give either --url or --count, not both")
+    if args.url:
+        return health.endpoints_from_urls(args.url)
+    count = args.count if args.count is not None else default_count
+    if not count:
+        return []
+    return health.endpoints_from_range(args.host, args.port_base, count)

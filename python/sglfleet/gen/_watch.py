@@ -1,0 +1,110 @@
+"""Where a job stands, from another shell: ``sglfleet job status OUT``.
+
+Reads ``OUT.manifest.json`` (rewritten every few seconds by the running job) and asks the output's
+lock whether a run holds it, so a job killed without a chance to write its last manifest reads
+``stopped`` rather than ``running`` forever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sglfleet.gen import _manifest as manifest
+
+
+@dataclass
+class JobStatus:
+    output: str
+    state: str  # running, complete, complete_with_failures, interrupted, failed, stopped
+    running: bool
+    total: int
+    done: int
+    failed: int
+    remaining: int
+    percent: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    eta_s: float | None
+    updated_s_ago: float
+    runs: int
+    message: str
+    endpoints: dict[str, dict[str, float]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        eta = "-" if self.eta_s is None else _hms(self.eta_s)
+        note = f" ({self.message})" if self.message and not self.running else ""
+        out = [
+            f"{self.output}: {self.state}{note}",
+            f"  {self.done}/{self.total} done ({self.percent:.1f}%), {self.failed} failed, "
+            f"{self.remaining} remaining",
+            f"  {self.requests_per_s:,.1f} req/s, {self.output_tokens_per_s:,.0f} out tok/s, ETA {eta}; "
+            f"manifest updated {self.updated_s_ago:.0f} s ago; run {self.runs}",
+        ]
+        for url, s in self.endpoints.items():
+            state = "up" if s.get("up") else "down"
+            out.append(
+                f"  {url}: {state}, {int(s.get('ok', 0))} ok, {int(s.get('errors', 0))} errors, "
+                f"{int(s.get('in_flight', 0))} in flight, {int(s.get('stalls', 0))} stalls"
+            )
+        return out
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def is_locked(output: Path) -> bool:
+    """True while a run holds the output's lock (``sglfleet generate`` takes it for its whole run)."""
+    try:
+        fd = os.open(output, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops our shared lock, if we got it
+    return False
+
+
+def job_status(output: Path) -> JobStatus:
+    """The status of the job writing ``output``; ManifestError when there is no manifest."""
+    output = Path(output)
+    path = manifest.manifest_path(output)
+    m = manifest.load(path)
+    if m is None:
+        raise manifest.ManifestError(f"{path}: no manifest (has `sglfleet generate -o {output}` run?)")
+    running = is_locked(output)
+    state = m.status
+    if state == "running" and not running:
+        state = "stopped"  # killed before it could say so; a rerun resumes
+    updated = dt.datetime.fromisoformat(m.timings.updated_at)
+    ago = (dt.datetime.now(dt.UTC) - updated).total_seconds()
+    rate = m.throughput.requests_per_s
+    return JobStatus(
+        output=str(output),
+        state=state,
+        running=running,
+        total=m.counts.total,
+        done=m.counts.done,
+        failed=m.counts.failed,
+        remaining=m.counts.remaining,
+        percent=100.0 * m.counts.done / m.counts.total if m.counts.total else 100.0,
+        requests_per_s=rate,
+        output_tokens_per_s=m.throughput.output_tokens_per_s,
+        eta_s=m.counts.remaining / rate if running and rate > 0 else None,
+        updated_s_ago=max(0.0, ago),
+        runs=m.timings.runs,
+        message=m.message,
+        endpoints=m.endpoint_stats,
+    )
