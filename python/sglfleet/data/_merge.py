@@ -109,7 +109,6 @@ def _line_at(path: Path, offset: int) -> int:
 def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, str]], str]:
     """The messages and category of the prompt line at `offset`."""
     fh.seek(offset)
-<<<<<<< HEAD
     try:
         row = orjson.loads(fh.readline())
     except orjson.JSONDecodeError as exc:  # the file changed since it was indexed
@@ -119,18 +118,25 @@ def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, st
         return DataError(f"{path}:{_line_at(path, offset)}: {field} is {_kind(value)}, expected {expected}")
 
     body = row.get("body")
-    if not isinstance(body, dict):
-        raise bad("body", body, "an object with messages")
-    messages = body.get("messages")
+    if body is None and isinstance(row.get("conversations"), list):  # conversation JSONL prompts (SpecForge)
+        field = "conversations"
+        messages = [
+            t for t in row["conversations"] if not isinstance(t, dict) or t.get("role") != "assistant"
+        ]
+    else:
+        if not isinstance(body, dict):
+            raise bad("body", body, "an object with messages")
+        field = "body.messages"
+        messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise bad("body.messages", messages, "a list of messages")
+        raise bad(field, messages, "a list of messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise bad(f"body.messages[{i}]", message, "an object")
+            raise bad(f"{field}[{i}]", message, "an object")
         if not isinstance(message.get("role"), str):
-            raise bad(f"body.messages[{i}].role", message.get("role"), "a string")
+            raise bad(f"{field}[{i}].role", message.get("role"), "a string")
         if not isinstance(message.get("content"), str):
-            raise bad(f"body.messages[{i}].content", message.get("content"), "a string")
+            raise bad(f"{field}[{i}].content", message.get("content"), "a string")
     metadata = row.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad("metadata", metadata, "an object")
@@ -139,17 +145,6 @@ def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, st
         raise bad("metadata.category", category, "a string")
     if not category:
         category = classify("\n".join(m["content"] for m in messages if m["role"] == "user"))
-=======
-    row = _json(fh.readline(), f"{path} at byte {offset}")
-    messages = (row.get("body") or {}).get("messages")
-    if messages is None and isinstance(row.get("conversations"), list):  # conversation JSONL prompts
-        messages = [t for t in row["conversations"] if isinstance(t, dict) and t.get("role") != "assistant"]
-    if not isinstance(messages, list):
-        raise DataError(f"{path} at byte {offset}: custom_id {row.get('custom_id')!r} has no body.messages")
-    category = (row.get("metadata") or {}).get("category")
-    if not isinstance(category, str) or not category:
-        category = classify(user_text(messages))
->>>>>>> gen
     return messages, category
 
 
@@ -351,16 +346,11 @@ def merge(
                     report.dropped[reason] += 1
                     continue
                 messages, category = _prompt_at(prm, offsets[cid], prompts)
-<<<<<<< HEAD
-                row = {"id": cid, "conversations": [*messages, {"role": "assistant", "content": content}]}
-                out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
-=======
                 turns = result.get("conversations")  # sglfleet generate on conversation input: the
                 if not isinstance(turns, list):  # regenerated conversation, every turn of it
                     turns = [*messages, {"role": "assistant", "content": content}]
                 row = {"id": cid, "conversations": turns}
-                out.write((json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
->>>>>>> gen
+                out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 kept.add(cid)
                 report.new[category] += 1
         report.without_result = len(offsets) - len(seen)
