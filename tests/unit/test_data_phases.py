@@ -82,7 +82,8 @@ def _endpoints(tmp_path: Path, inv: Path, *extra: str) -> tuple[int, str, list[s
     result = tmp_path / "endpoints.json"
     wrapper = tmp_path / "wrapper.yml"
     wrapper.write_text(
-        f"- name: The playbook under test\n  ansible.builtin.import_playbook: {ROOT / 'playbooks/generate.yml'}\n"
+        "- name: The playbook under test\n"
+        f"  ansible.builtin.import_playbook: {ROOT / 'playbooks/generate.yml'}\n"
         "- name: Save the endpoints\n  hosts: fleet\n  gather_facts: false\n  tasks:\n"
         "    - name: Save them\n      ansible.builtin.copy:\n"
         '        content: \'{{ {"urls": __generate_endpoints, "model": __generate_model} | to_json }}\'\n'
