@@ -115,3 +115,69 @@ def test_generate_refuses_a_host_whose_fleet_has_not_served(tmp_path: Path) -> N
     rc, out, saved = _endpoints(tmp_path, inv)
     assert rc != 0 and saved is None
     assert "phase fleet is not done on localhost" in out and "playbooks/serve.yml" in out
+
+
+def _record(tmp_path: Path, inv: Path, job: dict, max_failures: int) -> tuple[int, str]:
+    """Run role generate's record step on a job result as generation_job returns it."""
+    play = tmp_path / "record.yml"
+    play.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "Record a finished job",
+                    "hosts": "fleet",
+                    "gather_facts": False,
+                    "vars": {
+                        "generate_max_failures": max_failures,
+                        "__generate_job": job,
+                        "__generate_endpoints": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                    },
+                    "tasks": [
+                        {
+                            "name": "The record step of role generate",
+                            "ansible.builtin.include_role": {"name": "generate", "tasks_from": "record"},
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    rc, out, _ = playbook(inv, str(play))
+    return rc, out
+
+
+def _job(status: str, failed: int) -> dict:
+    counts = {"total": 600, "done": 600 - failed, "failed": failed}
+    return {
+        "unit": "sglfleet-gen-x.service",
+        "status": status,
+        "counts": counts,
+        "reason": "it ended",
+        "tokens": {"completion": 1234},
+        "message": "the failures are in out.jsonl.errors.jsonl",
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "failed", "max_failures", "recorded"),
+    [
+        ("complete", 0, 0, "done"),
+        ("complete_with_failures", 3, 5, "done"),
+        ("complete_with_failures", 5, 5, "done"),
+        ("complete_with_failures", 600, 0, "failed"),
+        ("complete_with_failures", 6, 5, "failed"),
+    ],
+)
+def test_generate_is_done_only_within_the_failure_tolerance(
+    tmp_path: Path, status: str, failed: int, max_failures: int, recorded: str
+) -> None:
+    inv = inventory(tmp_path)
+    rc, out = _record(tmp_path, inv, _job(status, failed), max_failures)
+    record = ledger.load_ledger(tmp_path / "fleet" / "ledger.json").phases["generate"]
+    assert record.status == recorded, out[-3000:]
+    assert record.evidence["failed"] == failed and record.evidence["max_failures"] == max_failures
+    if recorded == "done":
+        assert rc == 0, out[-3000:]
+    else:
+        assert rc != 0
+        assert f"with {failed} of 600 prompts failed, more than generate_max_failures={max_failures}" in out
