@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglfleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module fleet_ledger: a thin adapter over sglfleet.fleet._ledger."""
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ description:
     (C(<path>.lock)).
   - Needs the C(sglfleet) Python package on the target, in the interpreter Ansible runs modules with.
 version_added: "0.1.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   path:
     description: The ledger file. Its directory is created when missing.
@@ -133,16 +136,19 @@ exists:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
 
-try:
+with SGLFLEET:
     from sglfleet.fleet import _ledger as sgl_ledger
-except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
-    sgl_ledger = None
-    _IMPORT_ERROR = str(_exc)
-else:
-    _IMPORT_ERROR = ""
 
-_PHASES = ["provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge"]
+# The package's own lists. Without the package (ansible-test sanity, ansible-doc tooling) the documented
+# ones; tests/unit/test_module_docs.py keeps the two equal.
+PHASES = (
+    list(sgl_ledger.PHASES)
+    if SGLFLEET.ok
+    else ["provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge"]
+)
+STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]
 
 
 def _dump(model):
@@ -153,16 +159,15 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/var/lib/sglfleet/ledger.json"},
-            "phase": {"type": "str", "choices": _PHASES},
-            "status": {"type": "str", "choices": ["done", "failed", "pending"], "default": "done"},
+            "phase": {"type": "str", "choices": PHASES},
+            "status": {"type": "str", "choices": STATUSES, "default": "done"},
             "evidence": {"type": "dict", "default": {}},
             "state": {"type": "str", "choices": ["present", "absent", "read"], "default": "present"},
         },
         required_if=[("state", "present", ["phase"]), ("state", "absent", ["phase"])],
         supports_check_mode=True,
     )
-    if sgl_ledger is None:
-        module.fail_json(msg=f"fleet_ledger needs the sglfleet package on the target: {_IMPORT_ERROR}")
+    SGLFLEET.require(module)
     params = module.params
     path = params["path"]
     exists = os.path.exists(path)

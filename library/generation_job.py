@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglfleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module generation_job: a thin adapter over sglfleet.gen._job."""
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ description:
   - The counts, tokens and throughput returned come from the job's C(OUT.manifest.json).
   - Needs systemd and the C(sglfleet) Python package on the target.
 version_added: "0.1.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   name:
     description: Job name; the unit is C(sglfleet-gen-<name>.service).
@@ -116,6 +119,7 @@ attributes:
     description: Reports whether the job would be started or stopped, and does nothing.
   diff_mode:
     support: none
+    description: Starts or stops a job, which changes no configuration a diff could show.
 """
 
 EXAMPLES = r"""
@@ -221,7 +225,13 @@ message:
   type: str
 """
 
+from pathlib import Path
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
+
+with SGLFLEET:
+    from sglfleet.gen import _job as job
 
 
 def main() -> None:
@@ -234,7 +244,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["started", "stopped"], "default": "started"},
             "concurrency": {"type": "int", "default": 32},
             "model": {"type": "str"},
-            "max_tokens": {"type": "int"},
+            "max_tokens": {"type": "int", "no_log": False},  # a count of tokens, not a secret
             "temperature": {"type": "float"},
             "top_p": {"type": "float"},
             "max_retries": {"type": "int", "default": 5},
@@ -250,12 +260,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        from pathlib import Path
-
-        from sglfleet.gen import _job as job
-    except ImportError as exc:
-        module.fail_json(msg=f"the sglfleet package is not importable on the target: {exc}")
+    SGLFLEET.require(module)
     p = module.params
     spec = job.JobSpec(
         name=p["name"],

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglfleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module gpu_facts: a thin adapter over sglfleet.fleet._gpus."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ description:
   - Changes nothing; C(changed) is always false.
   - Needs the C(sglfleet) Python package on the target, in the interpreter Ansible runs modules with.
 version_added: "0.1.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   nvidia_smi:
     description: The nvidia-smi command, a name looked up in C(PATH) or a path.
@@ -39,6 +42,7 @@ attributes:
     description: Runs the same read-only queries in check mode.
   diff_mode:
     support: none
+    description: Only reads; it changes nothing a diff could show.
   facts:
     support: full
     description: Sets C(ansible_facts.sglfleet_gpu_facts) to the whole result.
@@ -137,14 +141,10 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
 
-try:
+with SGLFLEET:
     from sglfleet.fleet import _gpus as sgl_gpus
-except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
-    sgl_gpus = None
-    _IMPORT_ERROR = str(_exc)
-else:
-    _IMPORT_ERROR = ""
 
 
 def main():
@@ -156,8 +156,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    if sgl_gpus is None:
-        module.fail_json(msg=f"gpu_facts needs the sglfleet package on the target: {_IMPORT_ERROR}")
+    SGLFLEET.require(module)
     params = module.params
     if params["timeout"] <= 0:
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglfleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module proxmox_lxc: a thin adapter over sglfleet.pve (the logic and its tests live there)."""
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ description:
   - PVE's errors reach the user with PVE's own message and the parameter it names.
   - Runs where C(sglfleet) is installed, the controller (C(delegate_to=localhost)).
 version_added: "0.1.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   api_host:
     description: PVE host name or address.
@@ -124,8 +127,13 @@ options:
     default: 300
 requirements:
   - sglfleet (with proxmoxer) on the host the module runs on
-notes:
-  - Supports check mode and diff mode.
+attributes:
+  check_mode:
+    support: full
+    description: Reads the container's state and config and reports what it would change, with no write.
+  diff_mode:
+    support: full
+    description: Shows the managed config keys and the status before and after.
 """
 
 EXAMPLES = r"""
@@ -197,16 +205,16 @@ task_log:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
 
-try:
+with SGLFLEET:
     from sglfleet.pve._client import Credentials, PveApiError, TaskFailed, TaskTimeout
     from sglfleet.pve._config import ContainerSpec, SpecError
     from sglfleet.pve._lxc import STATES, run
 
-    IMPORT_ERROR = None
-except ImportError as exc:  # pragma: no cover - depends on the interpreter
-    IMPORT_ERROR = exc
-    STATES = ("present", "started", "stopped", "absent")
+# The package's own list. Without the package (ansible-test sanity, ansible-doc tooling) the documented
+# one; tests/unit/test_module_docs.py keeps the two equal.
+STATE_CHOICES = list(STATES) if SGLFLEET.ok else ["present", "started", "stopped", "absent"]
 
 SPEC_KEYS = (
     "hostname",
@@ -251,7 +259,7 @@ def main() -> None:
             "onboot": {"type": "bool"},
             "ssh_public_keys": {"type": "str"},
             "devices": {"type": "list", "elements": "raw"},
-            "state": {"type": "str", "default": "started", "choices": list(STATES)},
+            "state": {"type": "str", "default": "started", "choices": STATE_CHOICES},
             "timeout": {"type": "int", "default": 300},
         },
         required_one_of=[("api_password", "api_token_id")],
@@ -259,8 +267,7 @@ def main() -> None:
         required_together=[("api_token_id", "api_token_secret")],
         supports_check_mode=True,
     )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"proxmox_lxc needs the sglfleet package on this host ({IMPORT_ERROR})")
+    SGLFLEET.require(module)
     p = module.params
     creds = Credentials(
         host=p["api_host"],

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglfleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module sglang_health: a thin adapter over sglfleet.fleet._health."""
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ description:
   - Changes nothing; C(changed) is always false.
   - Needs the C(sglfleet) Python package on the host the module runs on.
 version_added: "0.1.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   urls:
     description: Base URLs of the instances, for example C(http://127.0.0.1:30000). Excludes I(count).
@@ -74,6 +77,7 @@ attributes:
     description: Probes in check mode too; the probes only read.
   diff_mode:
     support: none
+    description: Only probes; it changes nothing a diff could show.
 notes:
   - Probes go from the host the module runs on; run it on the fleet host (or delegate) when the
     instances listen on 127.0.0.1.
@@ -109,22 +113,48 @@ instances:
   type: list
   elements: dict
   contains:
-    url: {description: base URL, type: str}
-    port: {description: port, type: int}
-    gpu: {description: GPU index when known (null with urls), type: int}
-    healthy: {description: whether it is healthy, type: bool}
-    status_code: {description: HTTP status of /health_generate (null when no answer), type: int}
-    reason:
-      description: "why it is unhealthy: refused, starting, timeout, unexpected model, http N, error: ..."
+    url:
+      description: Base URL.
       type: str
-    model: {description: served model name (from /v1/models, else the model path), type: str}
-    model_path: {description: model path (from /model_info), type: str}
-    running_requests: {description: running requests (from /v1/loads), type: int}
-    waiting_requests: {description: waiting requests, type: int}
-    token_usage: {description: KV cache token usage (0..1), type: float}
-    gen_throughput: {description: generation tokens per second, type: float}
-    latency_s: {description: seconds the probe took, type: float}
-    detail: {description: more on the reason (e.g. the model it serves, a 401), type: str}
+    port:
+      description: Port.
+      type: int
+    gpu:
+      description: GPU index when known (null with I(urls)).
+      type: int
+    healthy:
+      description: Whether it is healthy.
+      type: bool
+    status_code:
+      description: HTTP status of C(/health_generate) (null when no answer).
+      type: int
+    reason:
+      description: "Why it is unhealthy: refused, starting, timeout, unexpected model, http N, error: ..."
+      type: str
+    model:
+      description: Served model name (from C(/v1/models), else the model path).
+      type: str
+    model_path:
+      description: Model path (from C(/model_info)).
+      type: str
+    running_requests:
+      description: Running requests (from C(/v1/loads)).
+      type: int
+    waiting_requests:
+      description: Waiting requests.
+      type: int
+    token_usage:
+      description: KV cache token usage (0..1).
+      type: float
+    gen_throughput:
+      description: Generation tokens per second.
+      type: float
+    latency_s:
+      description: Seconds the probe took.
+      type: float
+    detail:
+      description: More on the reason (for example the model it serves, or a 401).
+      type: str
   sample:
     - {"url": "http://127.0.0.1:30000", "port": 30000, "gpu": 0, "healthy": true, "status_code": 200,
        "reason": null, "model": "Qwen/Qwen3-32B", "running_requests": 12, "waiting_requests": 0,
@@ -152,14 +182,10 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
 
-try:
+with SGLFLEET:
     from sglfleet.fleet import _health as sgl_health
-except ImportError as _exc:  # pragma: no cover - exercised only on a host without the package
-    sgl_health = None
-    _IMPORT_ERROR = str(_exc)
-else:
-    _IMPORT_ERROR = ""
 
 
 def main():
@@ -181,8 +207,7 @@ def main():
         required_one_of=[("urls", "count")],
         supports_check_mode=True,
     )
-    if sgl_health is None:
-        module.fail_json(msg=f"sglang_health needs the sglfleet package on this host: {_IMPORT_ERROR}")
+    SGLFLEET.require(module)
     p = module.params
     try:
         if p["urls"] is not None:

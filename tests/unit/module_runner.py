@@ -10,6 +10,25 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "library"
+MODULE_UTILS = ROOT / "module_utils"
+# Ansible ships module_utils/ (ansible.cfg's module_utils) inside the module's payload as
+# ansible.module_utils.<name>; run directly, the module finds them the same way through this path.
+_RUN_AS_ANSIBLE = (
+    "import runpy, sys, ansible.module_utils as m; m.__path__.append(sys.argv[1]); "
+    "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def module_argv(name: str, args_file: Path) -> list[str]:
+    """The command that runs library/<name>.py with `args_file` as Ansible would (module_utils/ found)."""
+    return [
+        sys.executable,
+        "-c",
+        _RUN_AS_ANSIBLE,
+        str(MODULE_UTILS),
+        str(LIBRARY / f"{name}.py"),
+        str(args_file),
+    ]
 
 
 def run_module(
@@ -27,7 +46,7 @@ def run_module(
     args_file = tmp_path / f"{name}-args.json"
     args_file.write_text(json.dumps(payload))
     proc = subprocess.run(
-        [sys.executable, str(LIBRARY / f"{name}.py"), str(args_file)],
+        module_argv(name, args_file),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from module_runner import module_argv
 
 from sglfleet.pve._client import Credentials, PveApiError, PveClient
 
@@ -75,7 +75,7 @@ def module(pve, fakepve_cafile, tmp_path):
         path = tmp_path / f"args{next(calls)}.json"
         path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": full}))
         proc = subprocess.run(
-            [sys.executable, str(MODULE), str(path)], capture_output=True, text=True, timeout=90, check=False
+            module_argv("proxmox_lxc", path), capture_output=True, text=True, timeout=90, check=False
         )
         try:
             return json.loads(proc.stdout)

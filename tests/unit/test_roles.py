@@ -12,7 +12,12 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+# Every role; a role without tasks (sglfleet: the variables the phases share) keeps the same rules on its
+# variables, and has no table of contents to check.
+ALL_ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "main.yml").is_file())
+ROLES = [role for role in ALL_ROLES if (ROOT / "roles" / role / "tasks" / "main.yml").is_file()]
+# The data phases' roles take the shared variables from role sglfleet, as a dependency.
+DATA_ROLES = ["prompt_mix", "generate", "merge"]
 
 
 def load(path: Path) -> Any:
@@ -27,10 +32,11 @@ def walk(tasks: list[dict[str, Any]] | None) -> Iterator[dict[str, Any]]:
 
 
 def test_there_are_roles() -> None:
-    assert {"proxmox_lxc", "sglfleet_runtime", "training_stop", "sglang_fleet"} <= set(ROLES)
+    assert {"proxmox_lxc", "sglfleet_runtime", "training_stop", "sglang_fleet", *DATA_ROLES} <= set(ROLES)
+    assert "sglfleet" in ALL_ROLES
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ALL_ROLES)
 def test_argument_specs_document_exactly_the_defaults(role: str) -> None:
     defaults = load(ROOT / "roles" / role / "defaults" / "main.yml") or {}
     specs = load(ROOT / "roles" / role / "meta" / "argument_specs.yml")
@@ -50,7 +56,7 @@ def test_argument_specs_document_exactly_the_defaults(role: str) -> None:
             )
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ALL_ROLES)
 def test_variables_carry_the_role_prefix(role: str) -> None:
     for name in load(ROOT / "roles" / role / "defaults" / "main.yml") or {}:
         assert name.startswith(f"{role}_"), name
@@ -77,3 +83,27 @@ def test_main_is_a_table_of_contents_with_a_tag_per_step(role: str) -> None:
         assert includes, f"tasks/main.yml holds a task of its own: {step.get('name')}"
         tags = step.get("tags") or []
         assert role in tags or any(str(tag).startswith(role) for tag in tags), step.get("name")
+
+
+@pytest.mark.parametrize("role", DATA_ROLES)
+def test_data_phases_share_their_variables_through_role_sglfleet(role: str) -> None:
+    deps = load(ROOT / "roles" / role / "meta" / "main.yml")["dependencies"]
+    assert {"role": "sglfleet"} in deps or "sglfleet" in deps
+    shared = set(load(ROOT / "roles" / "sglfleet" / "defaults" / "main.yml"))
+    # the shared paths are written once: in role sglfleet's defaults, nowhere else in the phase's role
+    for path in sorted((ROOT / "roles" / role).rglob("*.yml")):
+        text = path.read_text()
+        assert "/var/lib/sglfleet/ledger.json" not in text, path
+        for name in shared & set(load(path) or {} if path.parent.name in ("defaults", "vars") else {}):
+            raise AssertionError(f"{path}: redefines {name}")
+
+
+def test_playbooks_of_the_data_phases_are_thin() -> None:
+    for playbook, role in (
+        ("prompts.yml", "prompt_mix"),
+        ("generate.yml", "generate"),
+        ("merge.yml", "merge"),
+    ):
+        (play,) = load(ROOT / "playbooks" / playbook)
+        assert play["roles"] == [{"role": role}], playbook
+        assert "tasks" not in play and "vars" not in play, f"{playbook}: logic or vars outside the role"
