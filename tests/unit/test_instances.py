@@ -271,3 +271,12 @@ def test_module_refuses_overlapping_gpus_before_writing(tmp_path: Path) -> None:
 def test_module_documentation_renders() -> None:
     doc = module_doc("sglang_instances")
     assert_examples_use_documented_options("sglang_instances", doc)
+
+
+def test_the_backend_lists_are_sglang_0_5_12s() -> None:
+    import yaml
+    from sglfleet_testing.standin.cli import ATTENTION_BACKENDS as STANDIN
+
+    role = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/vars/main.yml").read_text())
+    assert role["__sglang_known_backends"] == list(inst.ATTENTION_BACKENDS)
+    assert sorted(STANDIN) == sorted(inst.ATTENTION_BACKENDS)
