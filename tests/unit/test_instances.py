@@ -280,3 +280,14 @@ def test_the_backend_lists_are_sglang_0_5_12s() -> None:
     role = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/vars/main.yml").read_text())
     assert role["__sglang_known_backends"] == list(inst.ATTENTION_BACKENDS)
     assert sorted(STANDIN) == sorted(inst.ATTENTION_BACKENDS)
+
+
+def test_existing_instances_come_from_systemd_enablement_and_env_files(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/instance-9.env").write_text("")
+    (tmp_path / "etc/common.env").write_text("")
+    (tmp_path / "systemd/multi-user.target.wants").mkdir(parents=True)
+    (tmp_path / "systemd/multi-user.target.wants/sglang@7.service").touch()
+    listed = "sglang@0.service loaded active running SGLang server, instance 0\nsglang@x.service\n"
+    found = inst.existing_instances(tmp_path / "etc", lambda argv: listed, etc_systemd=tmp_path / "systemd")
+    assert found == [0, 7, 9]
