@@ -13,6 +13,8 @@ description:
     module's own process and its ancestors are left out.
   - A matching process that runs inside one of the running units is not listed on its own (it is
     stopped with its unit).
+  - With I(pids), also says which of the running I(units) and of these processes are still alive
+    (C(alive)), which is what a caller waits on after it stopped the job.
   - Changes nothing; C(changed) is always false.
   - Needs the C(sglfleet) Python package on the target.
 version_added: "0.2.0"
@@ -27,6 +29,11 @@ options:
     description: Regular expressions (Python C(re), which accepts the usual extended regular expressions).
     type: list
     elements: str
+    default: []
+  pids:
+    description: Processes to report in C(alive) when they still run (a zombie counts as gone).
+    type: list
+    elements: int
     default: []
 attributes:
   check_mode:
@@ -68,6 +75,12 @@ targets:
   returned: always
   type: list
   elements: str
+alive:
+  description: "What is still alive: C(unit NAME STATE) for a running unit, C(pid PID) for a live pid."
+  returned: always
+  type: list
+  elements: str
+  sample: ["unit train.service deactivating", "pid 4343"]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -86,6 +99,7 @@ def main():
         argument_spec={
             "units": {"type": "list", "elements": "str", "default": []},
             "patterns": {"type": "list", "elements": "str", "default": []},
+            "pids": {"type": "list", "elements": "int", "default": []},
         },
         supports_check_mode=True,
     )
@@ -95,7 +109,8 @@ def main():
         job = sgl_training.discover(module.params["units"], module.params["patterns"])
     except sgl_training.PatternError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **job.as_dict())
+    alive = sgl_training.still_alive(module.params["units"], module.params["pids"])
+    module.exit_json(changed=False, alive=alive, **job.as_dict())
 
 
 if __name__ == "__main__":

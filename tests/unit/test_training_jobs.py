@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,11 @@ def job() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     marker = f"train-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--run={marker}"])
     try:
+        deadline = time.monotonic() + 10
+        # Popen returns before the child has exec'd: wait until its command line is the new one.
+        while marker not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
+            assert time.monotonic() < deadline, "the stand-in training process never started"
+            time.sleep(0.02)
         yield proc, marker
     finally:
         proc.kill()
@@ -80,3 +86,21 @@ def test_module_finds_the_job_and_changes_nothing(
 def test_module_documentation_renders() -> None:
     doc = module_doc("training_jobs")
     assert_examples_use_documented_options("training_jobs", doc)
+
+
+def test_still_alive_names_running_units_and_live_processes(job: tuple[subprocess.Popen[bytes], str]) -> None:
+    proc, _ = job
+    show = "Id=train.service\nLoadState=loaded\nActiveState=deactivating\nMainPID=10\nUnitFileState=enabled\n"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = training.still_alive(["train.service"], [proc.pid, gone.pid], systemctl=lambda argv: show)
+    assert alive == ["unit train.service deactivating", f"pid {proc.pid}"]
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = 50
+        while training.process_alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
+            deadline -= 1
+            time.sleep(0.1)
+        assert not training.process_alive(zombie.pid)
+    finally:
+        zombie.wait()

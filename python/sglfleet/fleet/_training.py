@@ -185,6 +185,31 @@ def matching_processes(
     return found
 
 
+def process_alive(pid: int, proc: Path = Path("/proc")) -> bool:
+    """The process exists and is no zombie (a zombie has exited; only its parent has to reap it)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def still_alive(
+    unit_names: Sequence[str],
+    pids: Sequence[int],
+    *,
+    systemctl: Callable[[Sequence[str]], str] = _run,
+    proc: Path = Path("/proc"),
+) -> list[str]:
+    """What of a stopped training job is still alive: "unit NAME STATE" and "pid PID" entries.
+
+    A unit whose main process exited and that waits to be restarted counts as gone (the stop cancels
+    that restart); so does a zombie process.
+    """
+    out = [f"unit {u.Id} {u.ActiveState}" for u in units(unit_names, systemctl) if u.running]
+    return out + [f"pid {pid}" for pid in pids if process_alive(pid, proc)]
+
+
 def discover(
     unit_names: Sequence[str],
     patterns: Sequence[str],
