@@ -98,6 +98,13 @@ options:
     description: C(--api-key); only written to the 0600 environment files, never returned or logged.
     type: str
     default: ""
+  api_key_variable:
+    description:
+      - The environment variable a launcher (the unit's C(ExecStart)) reads the API key from and hands to
+        the server in-process; the key is then written there instead of as C(--api-key) in C(SGLANG_ARGS).
+      - Empty passes C(--api-key) in C(SGLANG_ARGS).
+    type: str
+    default: ""
   extra_args:
     description: More server flags, one word each.
     type: list
@@ -279,6 +286,7 @@ def _spec(module, params):
             max_running_requests=params["max_running_requests"],
             enable_metrics=params["enable_metrics"],
             api_key=params["api_key"] or "",
+            api_key_variable=params["api_key_variable"],
             extra_args=tuple(params["extra_args"]),
             environment={k: str(v) for k, v in params["environment"].items()},
             config_dir=params["config_dir"],
@@ -312,6 +320,7 @@ def main():
             "max_running_requests": {"type": "int"},
             "enable_metrics": {"type": "bool", "default": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "api_key_variable": {"type": "str", "default": ""},
             "extra_args": {"type": "list", "elements": "str", "default": []},
             "environment": {"type": "dict", "default": {}},
             "config_dir": {"type": "path", "default": "/etc/sglang"},

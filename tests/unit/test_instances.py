@@ -291,3 +291,11 @@ def test_existing_instances_come_from_systemd_enablement_and_env_files(tmp_path:
     listed = "sglang@0.service loaded active running SGLang server, instance 0\nsglang@x.service\n"
     found = inst.existing_instances(tmp_path / "etc", lambda argv: listed, etc_systemd=tmp_path / "systemd")
     assert found == [0, 7, 9]
+
+
+def test_a_launcher_gets_the_key_from_the_environment_file_not_the_arguments() -> None:
+    fleet = spec(instances=1, api_key='k"3y', api_key_variable="SGLANG_FLEET_API_KEY")
+    (one,) = inst.layout(fleet, EIGHT, None)
+    assert "--api-key" not in one.args
+    assert one.env_body().endswith('SGLANG_FLEET_API_KEY="k\\"3y"\n')
+    assert "--api-key k" in inst.layout(spec(instances=1, api_key="k"), EIGHT, None)[0].env_body()

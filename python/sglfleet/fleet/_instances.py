@@ -101,6 +101,9 @@ class FleetSpec(BaseModel):
     max_running_requests: int | None = None
     enable_metrics: bool = True
     api_key: str = ""
+    #: The environment variable a launcher reads the key from (then it is not in SGLANG_ARGS, so never
+    #: on a command line); "" passes --api-key in SGLANG_ARGS.
+    api_key_variable: str = ""
     extra_args: tuple[str, ...] = ()
     environment: Mapping[str, str] = Field(default_factory=dict)
     config_dir: str = "/etc/sglang"
@@ -142,6 +145,8 @@ class InstanceSpec(BaseModel):
     served_model_name: str
     args: tuple[str, ...]
     environment: tuple[tuple[str, str], ...]
+    #: (variable, key) when a launcher hands the API key to the server in-process.
+    api_key_env: tuple[str, str] | None = None
 
     @property
     def unit(self) -> str:
@@ -161,6 +166,8 @@ class InstanceSpec(BaseModel):
         ]
         lines += [f"{name}={_quote(value)}" for name, value in self.environment]
         lines.append(f"SGLANG_ARGS={_quote(' '.join(self.args))}")
+        if self.api_key_env:
+            lines.append(f"{self.api_key_env[0]}={_quote(self.api_key_env[1])}")
         return "\n".join(lines) + "\n"
 
     def env_text(self, digest: str) -> str:
@@ -370,6 +377,8 @@ def problems(
             f"each of {v('extra_args')} {json.dumps(list(spec.extra_args))} must be one word without "
             f"whitespace (give a flag and its value as two items): {json.dumps(bad_args)}."
         )
+    if spec.api_key_variable and not _ENV_NAME_RE.match(spec.api_key_variable):
+        out.append(f"api_key_variable {spec.api_key_variable!r} is not a variable name.")
     bad_names = [k for k in spec.environment if not _ENV_NAME_RE.match(k)]
     if bad_names:
         out.append(f"{v('environment')} keys must be variable names: {json.dumps(bad_names)}.")
@@ -465,7 +474,7 @@ def layout(spec: FleetSpec, gpus: GpuInventory, backend: str | None) -> list[Ins
                 args += [flag, str(value)]
         if spec.enable_metrics:
             args.append("--enable-metrics")
-        if spec.api_key:
+        if spec.api_key and not spec.api_key_variable:
             args += ["--api-key", spec.api_key]
         args += list(spec.extra_args)
         out.append(
@@ -477,6 +486,9 @@ def layout(spec: FleetSpec, gpus: GpuInventory, backend: str | None) -> list[Ins
                 served_model_name=served,
                 args=tuple(args),
                 environment=tuple(sorted((k, str(val)) for k, val in spec.environment.items())),
+                api_key_env=(spec.api_key_variable, spec.api_key)
+                if spec.api_key and spec.api_key_variable
+                else None,
             )
         )
     return out
