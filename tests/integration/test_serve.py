@@ -345,6 +345,69 @@ def test_port_taken_by_another_process_fails_before_any_change(fleet: Fleet, por
     assert fleet.snapshot() == before
 
 
+STEP_TAGS = [
+    "sglang_fleet_preflight",
+    "sglang_fleet_install",
+    "sglang_fleet_configure",
+    "sglang_fleet_retire",
+    "sglang_fleet_start",
+    "sglang_fleet_verify",
+    "sglang_fleet_record",
+]
+
+
+def test_every_step_runs_alone_with_its_tag_in_check_mode(fleet: Fleet) -> None:
+    before = fleet.snapshot()
+    ledger = fleet.ct.out("cat /var/lib/sglfleet/ledger.json")
+    for tag in STEP_TAGS:
+        run = fleet.serve("--check", "--tags", tag)
+        assert run.rc == 0, f"--tags {tag}\n{run.explain()}"
+        assert run.recap["failed"] == 0, f"--tags {tag}\n{run.explain()}"
+        assert run.recap["changed"] == 0, f"--tags {tag}\n{run.explain()}"
+    assert fleet.snapshot() == before
+    assert fleet.ct.out("cat /var/lib/sglfleet/ledger.json") == ledger, "a check run rewrote the ledger"
+
+
+def test_deliberate_restarts_do_not_spend_the_crash_budget(fleet: Fleet) -> None:
+    # Five starts of sglang@0 within StartLimitIntervalSec: its crash budget (StartLimitBurst=5) is spent.
+    for _ in range(5):
+        fleet.ct.run("systemctl restart sglang@0.service", check=False)
+    pids = fleet.main_pids()
+    # Instance 0 alone serves another model: the role restarts it, and the start is not refused.
+    other = {"model_path": "/srv/models/standin-7b", "served_model_name": "standin-7b-b"}
+    run = fleet.serve(sglang_fleet_instance_models=[other])
+    assert run.rc == 0, run.explain()
+    assert "start-limit-hit" not in run.output
+    after = fleet.main_pids()
+    assert after[0] != pids[0] and after[1:] == pids[1:], "only instance 0 serves another model"
+    models = httpx.get(
+        f"http://127.0.0.1:{PORT_BASE}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
+    )
+    assert [m["id"] for m in models.json()["data"]] == ["standin-7b-b"]
+
+    # A real crash loop still stops: systemd gives up after StartLimitBurst starts.
+    kills = 0
+    deadline = time.monotonic() + 60
+    while True:
+        now = fleet.props(0, "ActiveState", "Result", "MainPID")
+        if now["Result"] == "start-limit-hit":
+            break
+        assert time.monotonic() < deadline, f"sglang@0 kept restarting: {now}"
+        if now["ActiveState"] == "active" and now["MainPID"] != "0":
+            fleet.ct.run(f"kill -9 {now['MainPID']}", check=False)
+            kills += 1
+            time.sleep(0.3)
+        time.sleep(0.1)
+    assert kills <= 5, kills
+    assert fleet.props(0, "ActiveState")["ActiveState"] == "failed"
+
+    # The next serve starts it again (a deliberate start) with the fleet's model.
+    run = fleet.serve()
+    assert run.rc == 0, run.explain()
+    assert health(PORT_BASE) == 200
+    assert fleet.main_pids()[1:] == pids[1:]
+
+
 def test_scaling_down_stops_and_disables_the_extra_instances(fleet: Fleet) -> None:
     pids = fleet.main_pids()
     run = fleet.serve(sglang_fleet_instances=6)
@@ -362,3 +425,82 @@ def test_scaling_down_stops_and_disables_the_extra_instances(fleet: Fleet) -> No
         assert health(PORT_BASE + i) == 200
     ledger = json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]
     assert ledger["evidence"]["instances"] == 6
+
+
+def _site_packages(ct: Container) -> str:
+    return ct.out("ls -d /opt/sglang/venv/lib/python3*/site-packages | head -n1")
+
+
+def test_a_version_bump_rolls_every_instance_through_the_gate(fleet: Fleet) -> None:
+    # What `pip install sglang==0.5.13` leaves in the servers' venv (the lab has no real SGLang).
+    site = _site_packages(fleet.ct)
+    dist = f"{site}/sglang-0.5.13.dist-info"
+    pids = fleet.main_pids()[:6]
+    fleet.ct.run(f"mkdir -p {dist} && printf 'sglang/__init__.py,,\\n' > {dist}/RECORD")
+    try:
+        with HealthWatch() as watch:
+            run = fleet.serve(sglang_fleet_instances=6)
+        assert run.rc == 0, run.explain()
+        assert "Restart sglang@5" in run.output
+        after = fleet.main_pids()[:6]
+        assert all(a != b for a, b in zip(pids, after, strict=True)), "not every instance rolled"
+        starts = [
+            int(fleet.props(i, "ExecMainStartTimestampMonotonic")["ExecMainStartTimestampMonotonic"]) / 1e6
+            for i in range(6)
+        ]
+        assert starts == sorted(starts)
+        for i in range(5):
+            assert starts[i] < watch.healthy_after(i, starts[i]) < starts[i + 1], i
+        evidence = json.loads(fleet.ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"][
+            "evidence"
+        ]
+        assert evidence["engine"] == "0.5.13"
+        again = fleet.serve(sglang_fleet_instances=6)
+        assert again.rc == 0 and again.recap["changed"] == 0, again.explain()
+    finally:
+        fleet.ct.run(f"rm -rf {dist}")
+
+
+@pytest.mark.parametrize(("capability", "backend"), [("9.0", "fa3"), ("12.0", "flashinfer")])
+def test_the_fleet_runs_the_backend_the_sglang_phase_decided(
+    fleet: Fleet, fake_nvidia_smi: str, capability: str, backend: str
+) -> None:
+    # The sglang role decides from the GPUs (a stand-in nvidia-smi reporting `capability`) and records
+    # its decision in common.env; serve passes it to every instance.
+    fleet.ct.run(
+        f"echo {capability} > /var/tmp/fake-nvidia-smi.cc && mkdir -p /var/tmp/fake-cuda/bin"
+        " && touch /var/tmp/fake-cuda/bin/nvcc"
+    )
+    try:
+        extra = fleet.tmp / f"sglang-{capability}.json"
+        extra.write_text(
+            json.dumps(
+                {
+                    "ansible_python_interpreter": MODULE_PYTHON,
+                    "sglang_nvidia_smi": fake_nvidia_smi,
+                    "sglang_cuda_home": "/var/tmp/fake-cuda",
+                }
+            )
+        )
+        decide = fleet.ansible.playbook(
+            "playbooks/sglang.yml", "-e", f"@{extra}", "--tags", "sglang_configure"
+        )
+        assert decide.rc == 0, decide.explain()
+        assert f"SGLANG_ATTENTION_BACKEND={backend}\n" in fleet.ct.out("cat /etc/sglang/common.env") + "\n"
+        run = fleet.serve(sglang_fleet_instances=6)
+        assert run.rc == 0, run.explain()
+        for i in range(6):
+            info = httpx.get(
+                f"http://127.0.0.1:{PORT_BASE + i}/server_info",
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            ).json()
+            assert info["attention_backend"] == backend, (i, info.get("attention_backend"))
+        # The inventory overrides the recorded decision.
+        run = fleet.serve(sglang_fleet_instances=6, sglang_fleet_attention_backend="triton")
+        assert run.rc == 0, run.explain()
+        info = httpx.get(
+            f"http://127.0.0.1:{PORT_BASE}/server_info", headers={"Authorization": f"Bearer {API_KEY}"}
+        )
+        assert info.json()["attention_backend"] == "triton"
+    finally:
+        fleet.ct.run("rm -rf /var/tmp/fake-nvidia-smi.cc /var/tmp/fake-cuda /etc/sglang/common.env")

@@ -204,3 +204,24 @@ def test_fails_naming_the_process_that_keeps_a_gpu(
     assert f"pid {holder} (/usr/bin/python3) on GPU 0" in output, run.explain()
     record = ledger(jobs.ct)
     assert (record["status"], record["evidence"]["gpu_processes_left"]) == ("failed", [holder])
+
+
+STEP_TAGS = [
+    "training_stop_preflight",
+    "training_stop_discover",
+    "training_stop_stop",
+    "training_stop_verify",
+    "training_stop_record",
+]
+
+
+def test_every_step_runs_alone_with_its_tag_in_check_mode(ansible: Ansible, jobs: Jobs) -> None:
+    pid = jobs.start_process("proc")
+    before = jobs.ct.run("cat /var/lib/sglfleet/ledger.json", check=False).stdout
+    for tag in STEP_TAGS:
+        run = stop_training(ansible, "--check", "--tags", tag)
+        assert run.rc == 0, f"--tags {tag}\n{run.explain()}"
+        assert run.recap["failed"] == 0, f"--tags {tag}\n{run.explain()}"
+    assert jobs.alive(pid)
+    assert jobs.checkpoint("proc") is None
+    assert jobs.ct.run("cat /var/lib/sglfleet/ledger.json", check=False).stdout == before

@@ -4,6 +4,8 @@
 - `health`: probe SGLang instances (`/health_generate`, `/model_info`, `/v1/loads`).
 - `ledger`: the per-host record of each phase's outcome (`/var/lib/sglfleet/ledger.json`).
 - `status`: the checklist and the instance table `sglfleet status` prints.
+- `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
+- `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
 
 from sglfleet.fleet._gpus import ComputeProcess, Gpu, GpuFacts, GpuQueryError
@@ -17,6 +19,17 @@ from sglfleet.fleet._health import (
     endpoints_from_range,
     endpoints_from_urls,
 )
+from sglfleet.fleet._instances import (
+    ATTENTION_BACKENDS,
+    FleetSpec,
+    GpuInventory,
+    InstanceSpec,
+    Observed,
+    Plan,
+    observe,
+    plan,
+    write_env_files,
+)
 from sglfleet.fleet._ledger import (
     PHASES,
     STATUSES,
@@ -28,29 +41,43 @@ from sglfleet.fleet._ledger import (
     remove_phase,
 )
 from sglfleet.fleet._status import FleetStatus, gather_status, render
+from sglfleet.fleet._training import TrainingJob, TrainingProcess, TrainingUnit, discover
 
 __all__ = [
+    "ATTENTION_BACKENDS",
     "PHASES",
     "STATUSES",
     "ComputeProcess",
     "Endpoint",
     "FleetHealth",
+    "FleetSpec",
     "FleetStatus",
     "Gpu",
     "GpuFacts",
+    "GpuInventory",
     "GpuQueryError",
     "InstanceHealth",
+    "InstanceSpec",
     "Ledger",
     "LedgerError",
+    "Observed",
     "PhaseRecord",
+    "Plan",
+    "TrainingJob",
+    "TrainingProcess",
+    "TrainingUnit",
     "check_fleet",
+    "discover",
     "endpoint_from_url",
     "endpoints_from_range",
     "endpoints_from_urls",
     "gather_status",
     "load_ledger",
+    "observe",
+    "plan",
     "query_gpus",
     "record_phase",
     "remove_phase",
     "render",
+    "write_env_files",
 ]

@@ -12,11 +12,14 @@ from typing import Any
 
 from sglfleet_testing.standin.config import StandinConfig
 
-# The attention backends SGLang 0.5.12 accepts for --attention-backend.
+# The attention backends SGLang 0.5.12 accepts for --attention-backend (ATTENTION_BACKEND_CHOICES,
+# python/sglang/srt/server_args.py line 147; "compressed" is its deprecated alias of "dsv4").
 ATTENTION_BACKENDS = (
     "aiter",
     "ascend",
+    "compressed",
     "cutlass_mla",
+    "dsv4",
     "dual_chunk_flash_attn",
     "fa3",
     "fa4",
@@ -24,7 +27,9 @@ ATTENTION_BACKENDS = (
     "flashmla",
     "flex_attention",
     "intel_amx",
+    "intel_xpu",
     "nsa",
+    "tokenspeed_mla",
     "torch_native",
     "triton",
     "trtllm_mha",

@@ -1,0 +1,117 @@
+#!/usr/bin/python
+"""Ansible module training_jobs: a thin adapter over sglfleet.fleet._training."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: training_jobs
+short_description: Find the training job on a host, by systemd unit names and command-line patterns
+description:
+  - Asks systemd for each unit in I(units) and reads C(/proc) for processes whose full command line
+    (the arguments joined by spaces, as C(pgrep --full) matches) matches one of I(patterns); the
+    module's own process and its ancestors are left out.
+  - A matching process that runs inside one of the running units is not listed on its own (it is
+    stopped with its unit).
+  - With I(pids), also says which of the running I(units) and of these processes are still alive
+    (C(alive)), which is what a caller waits on after it stopped the job.
+  - Changes nothing; C(changed) is always false.
+  - Needs the C(sglfleet) Python package on the target.
+version_added: "0.2.0"
+author: sglfleet
+options:
+  units:
+    description: Systemd unit names (C(.service) may be left off); missing units are reported not-found.
+    type: list
+    elements: str
+    default: []
+  patterns:
+    description: Regular expressions (Python C(re), which accepts the usual extended regular expressions).
+    type: list
+    elements: str
+    default: []
+  pids:
+    description: Processes to report in C(alive) when they still run (a zombie counts as gone).
+    type: list
+    elements: int
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Runs the same read-only look in check mode.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Find the training job
+  training_jobs:
+    units: [train.service]
+    patterns: ['torchrun .*train\.py']
+  register: job
+"""
+
+RETURN = r"""
+running_units:
+  description: The named units that are active, activating, deactivating or reloading.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{Id: train.service, LoadState: loaded, ActiveState: active, MainPID: 4242, UnitFileState: enabled}]
+processes:
+  description: Matching processes outside the running units, each with the first pattern it matched.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{pid: 4343, cmdline: "torchrun --nproc-per-node 8 train.py", pattern: "torchrun .*train\\.py",
+            unit: session-3.scope}]
+loaded_units:
+  description: The names from I(units) that exist on the host (whatever their state).
+  returned: always
+  type: list
+  elements: str
+targets:
+  description: "What would be stopped: C(unit NAME) and C(process PID) entries."
+  returned: always
+  type: list
+  elements: str
+alive:
+  description: "What is still alive: C(unit NAME STATE) for a running unit, C(pid PID) for a live pid."
+  returned: always
+  type: list
+  elements: str
+  sample: ["unit train.service deactivating", "pid 4343"]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from sglfleet.fleet import _training as sgl_training
+except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
+    sgl_training = None
+    _IMPORT_ERROR = str(_exc)
+else:
+    _IMPORT_ERROR = ""
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "units": {"type": "list", "elements": "str", "default": []},
+            "patterns": {"type": "list", "elements": "str", "default": []},
+            "pids": {"type": "list", "elements": "int", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    if sgl_training is None:
+        module.fail_json(msg=f"training_jobs needs the sglfleet package on the target: {_IMPORT_ERROR}")
+    try:
+        job = sgl_training.discover(module.params["units"], module.params["patterns"])
+    except sgl_training.PatternError as exc:
+        module.fail_json(msg=str(exc))
+    alive = sgl_training.still_alive(module.params["units"], module.params["pids"])
+    module.exit_json(changed=False, alive=alive, **job.as_dict())
+
+
+if __name__ == "__main__":
+    main()
