@@ -210,27 +210,25 @@ def test_status_bad_ledger_names_the_file(tmp_path: Path) -> None:
     assert f"{bad}: not a valid sglfleet ledger: phases.fleet.status" in proc.stderr
 
 
-def test_render_from_module_results_matches_direct_status(fleet: int, ledger_file: Path) -> None:
+def test_render_prints_what_status_json_gathered(fleet: int, ledger_file: Path) -> None:
+    """`status --json` on the fleet host, `status --render` elsewhere: the same tables, nothing re-probed."""
     facts = gpus.combine(
         gpus.parse_gpus((DATA / "rtxpro6000_srv_training.gpus.csv").read_text()), [], "/usr/bin/nvidia-smi"
     )
     eps = health.endpoints_from_range("127.0.0.1", fleet, 3)
     direct = status.gather_status(ledger_path=ledger_file, endpoints=eps, gpu_facts=facts)
-    fleet_health = health.check_fleet(eps)
-    modules = {
-        "ledger": {
-            "path": str(ledger_file),
-            "checklist": [r.model_dump(mode="json") for r in ledger.load_ledger(ledger_file).checklist()],
-        },
-        "health": fleet_health.model_dump(mode="json"),
-        "gpus": facts.as_dict(),
-    }
-    rendered = status.parse_status_json(json.dumps(modules))
+    gathered = sglfleet(
+        "status", "--json", "--ledger", str(ledger_file), "--port-base", str(fleet), "--count", "3",
+        "--nvidia-smi", str(DATA / "fake-nvidia-smi"),
+        env={"FAKE_NVSMI": str(DATA / "rtxpro6000_srv_training")},
+    )  # fmt: skip
+    assert gathered.returncode == 0, gathered.stderr
+    rendered = status.parse_status_json(gathered.stdout)
     assert rendered.checklist == direct.checklist
     assert [(r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in rendered.instances] == [
         (r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in direct.instances
     ]
-    proc = sglfleet("status", "--render", "-", "--width", "160", stdin=json.dumps(modules))
+    proc = sglfleet("status", "--render", "-", "--width", "160", stdin=gathered.stdout)
     assert proc.returncode == 0, proc.stderr
     assert "Instances (3/3 healthy)" in proc.stdout and "91532 / 97887 MiB" in proc.stdout
 

@@ -106,6 +106,7 @@ def test_status_playbook_json_and_instances_from_gpu_count(tmp_path: Path, two_i
     block = proc.stdout[proc.stdout.index("msg: |-") + len("msg: |-") : proc.stdout.index("PLAY RECAP")]
     data = json.loads(block)
     assert len(data["instances"]) == 8  # one per GPU found
-    assert [i["healthy"] for i in data["instances"]] == [True, True] + [False] * 6
+    assert [i["health"]["healthy"] for i in data["instances"]] == [True, True] + [False] * 6
     assert {r["status"] for r in data["checklist"]} == {"pending"}
-    assert len(data["gpus"]) == 8
+    assert data["gpu_count"] == 8
+    assert re.fullmatch(r"0/\d+ phases done; 2/8 instances healthy", data["summary"]), data["summary"]

@@ -40,8 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--render",
         metavar="FILE",
-        help="print the tables from JSON in FILE ('-' for stdin): `status --json` output, or "
-        "{ledger, health, gpus} results of the fleet_ledger, sglang_health and gpu_facts modules",
+        help="print the tables from the JSON that `sglfleet status --json` wrote to FILE ('-' for stdin)",
     )
     parser.add_argument("--width", type=int, default=None, help="table width (default: the terminal's)")
     parser.set_defaults(func=run)

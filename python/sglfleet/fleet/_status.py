@@ -177,26 +177,8 @@ def gather_status(
     )
 
 
-def from_module_results(
-    ledger_result: dict[str, Any], health_result: dict[str, Any] | None, gpu_result: dict[str, Any] | None
-) -> FleetStatus:
-    """Build a FleetStatus from the fleet_ledger (read), sglang_health and gpu_facts module results."""
-    rows = [health_mod.InstanceHealth.model_validate(r) for r in (health_result or {}).get("instances", [])]
-    facts = None
-    if gpu_result and "gpu_count" in gpu_result:
-        keep = set(gpu_mod.GpuFacts.model_fields)
-        facts = gpu_mod.GpuFacts.model_validate({k: v for k, v in gpu_result.items() if k in keep})
-    return FleetStatus(
-        ledger_path=ledger_result.get("path", str(ledger_mod.DEFAULT_PATH)),
-        checklist=tuple(ledger_mod.ChecklistRow.model_validate(r) for r in ledger_result["checklist"]),
-        instances=join_gpu_memory(rows, facts),
-        gpu_count=facts.gpu_count if facts else None,
-        nvidia_smi_found=facts.nvidia_smi_found if facts else None,
-    )
-
-
 def parse_status_json(text: str, source: str = "<stdin>") -> FleetStatus:
-    """Read what `sglfleet status --json` printed, or `{ledger, health, gpus}` module results."""
+    """Read what `sglfleet status --json` printed."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -204,8 +186,6 @@ def parse_status_json(text: str, source: str = "<stdin>") -> FleetStatus:
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object")
     try:
-        if "ledger" in data:
-            return from_module_results(data["ledger"], data.get("health"), data.get("gpus"))
         return FleetStatus.model_validate(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{source}: not a fleet status: {exc}") from exc
