@@ -781,8 +781,14 @@ async def _save_manifest_every(interval: float, job: _Job, writer: _ManifestWrit
     while True:
         await asyncio.sleep(interval)
         m = writer.build(job.stats, "running", job.pool.endpoints)
+        saving = asyncio.ensure_future(asyncio.to_thread(manifest.save, writer.path, m))
         try:
-            await asyncio.to_thread(manifest.save, writer.path, m)
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            # the run is ending: let this save finish before the final one, never after it
+            with contextlib.suppress(Exception):
+                await saving
+            raise
         except OSError as exc:
             job.halt_on_write_error(f"the manifest {writer.path}", exc)
             return
