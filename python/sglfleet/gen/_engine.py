@@ -678,16 +678,18 @@ async def _execute(
     for ep in pool.endpoints:
         if ep.url not in prepared.live:  # it did not answer the preflight: the prober waits for it
             pool.take_out(ep)
-    try:
-        writer.save(stats, "running", pool.endpoints)
-    except OSError as exc:
-        await _close(pool, session)
-        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
-        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
     metrics = await _start_metrics(config, stats, pool)
     if isinstance(metrics, Outcome):
         await _close(pool, session)
         return metrics
+    try:
+        writer.save(stats, "running", pool.endpoints)
+    except OSError as exc:
+        if metrics is not None:
+            await metrics.cleanup()
+        await _close(pool, session)
+        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
+        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
     batches = read_requests(Path(config.input), scan, prepared.pending, config.params)
     with reporter:
         background = [
