@@ -113,7 +113,10 @@ def test_grace_period_ends_hung_requests(tmp_path: Path) -> None:
     write_conversations(inp, 50)
     with fleet({"standin_hang_rate": 1.0}) as servers:
         proc = _start(inp, out, [servers[0].base_url], "--grace", "0.5", "--concurrency", "2")
-        time.sleep(1.0)
+        deadline = time.monotonic() + 20
+        while load(manifest_path(out)) is None:  # sending has begun once the manifest is written
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=10)[0].decode()

@@ -269,3 +269,19 @@ except OSError as exc:
     assert proc.stdout.startswith("refused"), proc.stdout + proc.stderr
     assert mpath.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_metrics_port_in_use_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    import socket
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_batch(inp, 3)
+    with socket.socket() as busy, fleet({}) as servers:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        outcome = _run(inp, out, [servers[0].base_url], metrics_port=port)
+    assert (
+        outcome.exit_code == ExitCode.BAD_INPUT and f"--metrics-port {port}: cannot listen" in outcome.message
+    )
+    assert out.read_bytes() == b""

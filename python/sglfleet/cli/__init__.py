@@ -7,16 +7,9 @@ callable taking the parsed namespace and returning the exit code.
 
 from __future__ import annotations
 
-import signal
-
-# First of all, before the imports below (a few hundred milliseconds): SIGTERM ends the command the
-# way SIGINT does (KeyboardInterrupt, exit 130), until a command installs its own handlers, so that
-# `sglfleet generate` stopped at any moment exits 130 having sent nothing.
-if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -39,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # First of all, before the subcommands are imported (a few hundred milliseconds): SIGTERM ends
+    # the command the way SIGINT does (KeyboardInterrupt, exit 130) until a command installs its own
+    # handlers, so that `sglfleet generate` stopped at any moment exits 130 having sent nothing.
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -49,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sglfleet: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

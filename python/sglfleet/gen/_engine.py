@@ -678,16 +678,18 @@ async def _execute(
     for ep in pool.endpoints:
         if ep.url not in prepared.live:  # it did not answer the preflight: the prober waits for it
             pool.take_out(ep)
-    try:
-        writer.save(stats, "running", pool.endpoints)
-    except OSError as exc:
-        await _close(pool, session)
-        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
-        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
     metrics = await _start_metrics(config, stats, pool)
     if isinstance(metrics, Outcome):
         await _close(pool, session)
         return metrics
+    try:
+        writer.save(stats, "running", pool.endpoints)
+    except OSError as exc:
+        if metrics is not None:
+            await metrics.cleanup()
+        await _close(pool, session)
+        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
+        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
     batches = read_requests(Path(config.input), scan, prepared.pending, config.params)
     with reporter:
         background = [
@@ -781,8 +783,14 @@ async def _save_manifest_every(interval: float, job: _Job, writer: _ManifestWrit
     while True:
         await asyncio.sleep(interval)
         m = writer.build(job.stats, "running", job.pool.endpoints)
+        saving = asyncio.ensure_future(asyncio.to_thread(manifest.save, writer.path, m))
         try:
-            await asyncio.to_thread(manifest.save, writer.path, m)
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            # the run is ending: let this save finish before the final one, never after it
+            with contextlib.suppress(Exception):
+                await saving
+            raise
         except OSError as exc:
             job.halt_on_write_error(f"the manifest {writer.path}", exc)
             return
