@@ -197,6 +197,15 @@ elif sys.argv[1] == "merge":
     cache = CategoryCache(Path(sys.argv[7]) if sys.argv[7] != "-" else None)
     report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]), cache=cache)
     rows = report.as_dict()["rows"]["total"]
+elif sys.argv[1] == "recall":
+    sys.path.insert(0, sys.argv[2])
+    from bench_mix_merge import recall_bench
+    num_perm = None if sys.argv[6] == "auto" else int(sys.argv[6])
+    result = recall_bench(float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), num_perm)
+    plan = result.pop("plan")
+    result |= {"num_perm": plan.num_perm, "bands": plan.bands, "rows_per_band": plan.rows}
+    print(json.dumps(result))
+    sys.exit(0)
 else:
     sys.path.insert(0, sys.argv[2])
     from bench_mix_merge import plain_merge
@@ -306,6 +315,8 @@ def _reset_peak_rss() -> int:
 def recall_bench(threshold: float, pairs: int, background: int, num_perm: int | None, seed: int = 3) -> dict:
     """Plant pairs above threshold + 0.05 and below threshold - 0.1 (half of each against the existing
     set) among unrelated texts; count what the deduper drops."""
+    import datasketch  # noqa: F401 (loaded before the memory is measured)
+
     from sglfleet.data._dedupe import NearDeduper
 
     rng, words = random.Random(seed), Words()
@@ -359,7 +370,7 @@ def recall_bench(threshold: float, pairs: int, background: int, num_perm: int | 
         "rows": rows,
         "seconds": seconds,
         "kept_bytes_per_row": near.nbytes / rows,
-        "peak_bytes_per_row": peak / rows,
+        "peak_mib": peak / 2**20,
     }
 
 
@@ -368,18 +379,20 @@ def print_recall(threshold: float, pairs: int, background: int) -> None:
     print()
     print(
         "| num_perm | bands x rows | recall, J >= t+0.05 | recall, t+0.05..t+0.07 | false drops, J <= t-0.1 "
-        "| unrelated dropped | bytes/row kept | peak RSS growth/row | s |"
+        "| unrelated dropped | bytes/row kept | peak RSS growth | s |"
     )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for num_perm in (64, None):
-        r = recall_bench(threshold, pairs, background, num_perm)
-        plan = r["plan"]
-        label = f"{plan.num_perm}" + (" (auto)" if num_perm is None else "")
+    here = str(Path(__file__).resolve().parent)
+    for num_perm in ("64", "auto"):  # each in a fresh process: its memory is its own
+        r = child("recall", here, str(threshold), str(pairs), str(background), num_perm)
+        label = f"{r['num_perm']}" + (" (auto)" if num_perm == "auto" else " (set)")
         print(
-            f"| {label} | {plan.bands} x {plan.rows} | {100 * r['recall']:.2f}% ({r['pairs']['high']}) "
+            f"| {label} | {r['bands']} x {r['rows_per_band']} "
+            f"| {100 * r['recall']:.2f}% ({r['pairs']['high']}) "
             f"| {100 * r['edge_recall']:.2f}% ({r['edge_pairs']}) | {100 * r['false_drops']:.2f}% "
             f"({r['pairs']['low']}) | {r['unrelated_dropped']} of {r['unrelated']} "
-            f"| {r['kept_bytes_per_row']:.0f} | {r['peak_bytes_per_row']:.0f} | {r['seconds']:.1f} |",
+            f"| {r['kept_bytes_per_row']:.0f} | {r['peak_mib']:.0f} MiB ({r['rows']:,} rows) "
+            f"| {r['seconds']:.1f} |",
             flush=True,
         )
     print()

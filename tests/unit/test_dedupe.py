@@ -80,7 +80,26 @@ def test_planted_pairs_recall_and_false_drops() -> None:
     assert {verdict[s] for _, s, _ in high[200:]} <= {"near", None}
     false = [verdict[second] for _, second, _ in low]
     assert sum(v is not None for v in false) / len(false) <= 0.01
-    assert near.nbytes == (near.existing + near.candidates) * near.num_perm  # one byte per permutation
+    rows = near.existing + near.candidates  # one byte per permutation, in blocks that grow by doubling
+    assert rows * near.num_perm <= near.nbytes < 2 * rows * near.num_perm
+
+
+def test_signatures_kept_in_blocks_are_found_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglfleet.data import _dedupe
+
+    monkeypatch.setattr(_dedupe, "_BLOCK_ROWS", 8)
+    monkeypatch.setattr(_dedupe, "_BATCH_ROWS", 3)
+    words = Words()
+    texts = [" ".join(words.take(30)) for _ in range(40)]
+    near = NearDeduper(0.8, 128)
+    for text in texts:
+        near.add(text)
+    near._flush()
+    assert [len(b) for b in near._blocks] == [8, 8, 8, 8, 8]
+    index = np.array([39, 0, 17, 8, 7, 31])
+    assert np.array_equal(near._rows(index), Signer(128).bbit([texts[i] for i in index]))
+    near.add(texts[5] + " again")
+    assert near.resolve()[-1] == "near"
 
 
 def test_a_candidate_dropped_as_near_does_not_drop_the_next_one() -> None:

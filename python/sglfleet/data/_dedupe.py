@@ -336,6 +336,7 @@ class Signer:
 
 _KEEP, _NEAR, _NEAR_EXISTING = 0, 1, 2
 _BATCH_ROWS = 1024  # texts per numpy batch: (batch x num_perm) uint32, 2 MiB at 512
+_BLOCK_ROWS = 1 << 16  # signatures are kept in blocks of this many rows (24 MiB at 384)
 _WINDOW = 256  # in one LSH bucket, a row is compared with at most this many earlier rows
 
 
@@ -351,7 +352,8 @@ class NearDeduper:
     def __init__(self, threshold: float, num_perm: int | None = None, seed: int = 1) -> None:
         self.plan = plan_lsh(threshold, num_perm)
         self._signer = Signer(self.plan.num_perm, seed)
-        self._chunks: list[np.ndarray] = []
+        self._blocks: list[np.ndarray] = []
+        self._filled = 0  # rows in the last block
         self._pending: list[str] = []
         self.existing = 0
         self.candidates = 0
@@ -372,36 +374,60 @@ class NearDeduper:
             self._flush()
 
     def _flush(self) -> None:
-        if self._pending:
-            self._chunks.append(self._signer.bbit(self._pending))
+        if not self._pending:
+            return
+        signatures = self._signer.bbit(self._pending)
         self._pending = []
+        done = 0
+        while done < len(signatures):  # into blocks: no copy of everything as it grows
+            if not self._blocks or self._filled == _BLOCK_ROWS:
+                self._blocks.append(np.empty((_BATCH_ROWS, self.num_perm), dtype=np.uint8))
+                self._filled = 0
+            last = self._blocks[-1]
+            if self._filled == len(last):  # the last block doubles until it is a whole block
+                grown = np.empty((min(_BLOCK_ROWS, 2 * len(last)), self.num_perm), dtype=np.uint8)
+                grown[: self._filled] = last[: self._filled]
+                self._blocks[-1] = grown
+            take = min(len(self._blocks[-1]) - self._filled, len(signatures) - done)
+            self._blocks[-1][self._filled : self._filled + take] = signatures[done : done + take]
+            self._filled += take
+            done += take
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self._chunks)
+        """Bytes of the signatures kept (whole blocks: up to one block more than the rows need)."""
+        return sum(b.nbytes for b in self._blocks)
 
-    def _signatures(self) -> np.ndarray:
-        self._flush()
-        if len(self._chunks) != 1:
-            merged = np.concatenate(self._chunks) if self._chunks else np.zeros((0, self.num_perm), np.uint8)
-            self._chunks = [merged]
-        return self._chunks[0]
+    def _rows(self, index: np.ndarray) -> np.ndarray:
+        """The signatures of rows `index` (any order), gathered from their blocks."""
+        out = np.empty((len(index), self.num_perm), dtype=np.uint8)
+        block_of, offset = np.divmod(index, _BLOCK_ROWS)
+        for block in np.unique(block_of).tolist():
+            mine = block_of == block
+            out[mine] = self._blocks[block][offset[mine]]
+        return out
 
-    def _band_keys(self, sigs: np.ndarray, band: int) -> np.ndarray:
+    def _band_keys(self, n: int, band: int) -> np.ndarray:
+        """One 64-bit key per row for one band: FNV-1a over the band's bytes, block by block (a
+        collision only adds a candidate, which the confirmation then refuses)."""
         rows = self.plan.rows
-        cols = sigs[:, band * rows : (band + 1) * rows].astype(np.uint64)
-        key = np.full(len(sigs), 0xCBF29CE484222325 ^ band, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for j in range(rows):  # FNV-1a over the band's bytes; a collision only adds a candidate
-                key = (key ^ cols[:, j]) * np.uint64(0x100000001B3)
-        return key
+        keys = np.empty(n, dtype=np.uint64)
+        for number, block in enumerate(self._blocks):
+            start = number * _BLOCK_ROWS
+            part = block[: min(_BLOCK_ROWS, n - start), band * rows : (band + 1) * rows]
+            key = np.full(len(part), 0xCBF29CE484222325 ^ band, dtype=np.uint64)
+            with np.errstate(over="ignore"):
+                for j in range(rows):
+                    key ^= part[:, j]
+                    key *= np.uint64(0x100000001B3)
+            keys[start : start + len(part)] = key
+        return keys
 
-    def _candidate_pairs(self, sigs: np.ndarray) -> np.ndarray:
+    def _candidate_pairs(self, n: int) -> np.ndarray:
         """(earlier, later) row pairs that share a band, later a candidate; unique, sorted by later."""
-        n = len(sigs)
         found: list[np.ndarray] = []
         for band in range(self.plan.bands):
-            keys = self._band_keys(sigs, band)
+            keys = self._band_keys(n, band)
             order = np.argsort(keys, kind="stable")  # stable: within a bucket, rows in offer order
             ranked = keys[order]
             for gap in range(1, _WINDOW + 1):
@@ -424,14 +450,15 @@ class NearDeduper:
 
     def resolve(self) -> list[Dup | None]:
         """The verdict for every candidate, in the order they were offered."""
-        sigs = self._signatures()
-        pairs = self._candidate_pairs(sigs)
+        self._flush()
+        n = self.existing + self.candidates
+        pairs = self._candidate_pairs(n)
         confirmed: list[np.ndarray] = []
         for start in range(0, len(pairs), 65536):
             chunk = pairs[start : start + 65536]
-            matches = (sigs[chunk[:, 0]] == sigs[chunk[:, 1]]).sum(axis=1)
+            matches = (self._rows(chunk[:, 0]) == self._rows(chunk[:, 1])).sum(axis=1)
             confirmed.append(chunk[matches >= self.plan.min_matches])
-        verdict = np.zeros(len(sigs), dtype=np.int8)
+        verdict = np.zeros(n, dtype=np.int8)
         for earlier, later in (np.concatenate(confirmed) if confirmed else pairs).tolist():
             if verdict[later] == _KEEP and verdict[earlier] == _KEEP:
                 verdict[later] = _NEAR_EXISTING if earlier < self.existing else _NEAR
