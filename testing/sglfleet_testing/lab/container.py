@@ -161,6 +161,11 @@ class LxcHost:
         ]
         lines += [f"{key} = {value}" for key, value in self.limits(shape)]
         lines += [f"lxc.mount.entry = {entry}" for entry in self.access.mount_entries()]
+        # The host's /proc/driver as a CT on a GPU node sees it (the declared nvidia module version,
+        # driver.py): mounted after proc (lxc.mount.auto comes first), read-only as the real one is.
+        proc_driver = self.settings.state_dir / "proc-driver"
+        if proc_driver.is_dir():
+            lines.append(f"lxc.mount.entry = {proc_driver} proc/driver none ro,bind 0 0")
         return "\n".join(lines) + "\n"
 
     def limits(self, shape: Shape, live: bool = False) -> list[tuple[str, str]]:

@@ -26,6 +26,14 @@ from pathlib import Path
 import httpx
 
 from .container import LxcHost
+from .driver import (
+    DEFAULT_MODULE_VERSION,
+    build_installer,
+    declare_module,
+    declared_module,
+    installer_path,
+    proc_driver_dir,
+)
 from .settings import LabSettings
 from .template import ensure_template
 
@@ -43,6 +51,7 @@ TOOLS = {
     "tar": "tar",
     "ssh-keygen": "openssh-client",
     "chroot": "coreutils",
+    "gcc": "gcc",
 }
 START_TIMEOUT = 30.0
 # A certificate this close to its end is made anew when the daemon starts.
@@ -95,6 +104,8 @@ def _up(settings: LabSettings, say: Say) -> bool:
     start = time.monotonic()
     if ensure_template(settings, say):
         did = True
+    if ensure_driver(settings, say):
+        did = True
     pid = daemon_pid(settings)
     problem = api_problem(settings) if pid is not None else "not running"
     if problem:
@@ -110,6 +121,22 @@ def _up(settings: LabSettings, say: Say) -> bool:
         say(f"lab up in {time.monotonic() - start:.1f} s")
     else:
         say(f"lab already up: fakepve pid {pid} on {settings.url} ({daemon_python(pid)})")
+    return did
+
+
+def ensure_driver(settings: LabSettings, say: Say) -> bool:
+    """The stand-in driver: the module version the CTs see (declared once, kept across `up`s) and the
+    installer of that version's userspace. True if anything was made."""
+    did = False
+    if declared_module(settings) is None and not (proc_driver_dir(settings) / "nvidia").is_dir():
+        declare_module(settings, DEFAULT_MODULE_VERSION)
+        say(f"declared the host's nvidia module {DEFAULT_MODULE_VERSION} in {proc_driver_dir(settings)}")
+        did = True
+    version = declared_module(settings) or DEFAULT_MODULE_VERSION
+    if not installer_path(settings, version).is_file():
+        installer = build_installer(settings, version)
+        say(f"built the stand-in driver installer {installer.path}")
+        did = True
     return did
 
 
