@@ -29,7 +29,7 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [provision, training_stop, toolchain, sglang, fleet, prompts, generate, merge]
+    choices: [host, provision, training_stop, toolchain, sglang, fleet, prompts, generate, merge]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
@@ -142,7 +142,17 @@ except ImportError as _exc:  # pragma: no cover - exercised only on a target wit
 else:
     _IMPORT_ERROR = ""
 
-_PHASES = ["provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge"]
+_PHASES = [
+    "host",
+    "provision",
+    "training_stop",
+    "toolchain",
+    "sglang",
+    "fleet",
+    "prompts",
+    "generate",
+    "merge",
+]
 
 
 def _dump(model):

@@ -72,7 +72,10 @@ def flashinfer(sm: str) -> dict:
             + ["-c", "jit_kernel.cu", "-o", "jit_kernel.cuda.o"],
         ),
         # rule compile, cpp_ext.py:290
-        ("compile", [cxx, "-MMD", "-MF", "jit_binding.o.d", *cflags, "-c", "jit_binding.cpp", "-o", "jit_binding.o"]),
+        (
+            "compile",
+            [cxx, "-MMD", "-MF", "jit_binding.o.d", *cflags, "-c", "jit_binding.cpp", "-o", "jit_binding.o"],
+        ),
         # rule link, cpp_ext.py:314
         ("link", [cxx, "jit_kernel.cuda.o", "jit_binding.o", *ldflags, "-o", "jit_ext.so"]),
     ):
@@ -80,7 +83,11 @@ def flashinfer(sm: str) -> dict:
         if steps[-1]["rc"] != 0:
             break
     linked = steps[-1]["name"] == "link" and steps[-1]["rc"] == 0
-    return {"steps": steps, "needed": needed("jit_ext.so") if linked else [], "python_include": system_includes[0]}
+    return {
+        "steps": steps,
+        "needed": needed("jit_ext.so") if linked else [],
+        "python_include": system_includes[0],
+    }
 
 
 def libcuda_dirs() -> tuple[list[str], list[str]]:
@@ -102,7 +109,9 @@ def triton() -> dict:
     result: dict = {"steps": [], "libcuda_dirs": dirs, "libcuda_locations": locs}
     if not dirs:
         # driver.py:33-40, Triton's own words
-        result["error"] = 'libcuda.so cannot found! Please make sure GPU is set up and then run "/sbin/ldconfig"'
+        result["error"] = (
+            'libcuda.so cannot found! Please make sure GPU is set up and then run "/sbin/ldconfig"'
+        )
         return result
     # build.py:26-33: $CC, else gcc, else clang
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
