@@ -22,6 +22,7 @@ import sys
 import sysconfig
 
 OUTPUT_TAIL = 1500
+CUDA_IO = ["-c", "jit_kernel.cu", "-o", "jit_kernel.cuda.o"]
 
 
 def run(name: str, argv: list[str]) -> dict:
@@ -63,14 +64,11 @@ def flashinfer(sm: str) -> dict:
     ldflags = ["-shared", f"-L{cuda_home}/lib64", f"-L{cuda_home}/lib64/stubs", "-lcudart", "-lcuda"]
     cxx = os.environ.get("CXX", "c++")  # cpp_ext.py:267
     nvcc = f"{cuda_home}/bin/nvcc"  # cpp_ext.py:268
+    depfile = ["-MF", "jit_kernel.cuda.o.d"]
     steps = []
     for name, argv in (
         # rule cuda_compile, cpp_ext.py:295
-        (
-            "cuda_compile",
-            [nvcc, "--generate-dependencies-with-compile", "-MF", "jit_kernel.cuda.o.d", *cuda_cflags]
-            + ["-c", "jit_kernel.cu", "-o", "jit_kernel.cuda.o"],
-        ),
+        ("cuda_compile", [nvcc, "--generate-dependencies-with-compile", *depfile, *cuda_cflags, *CUDA_IO]),
         # rule compile, cpp_ext.py:290
         (
             "compile",
