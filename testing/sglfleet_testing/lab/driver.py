@@ -244,14 +244,14 @@ class Installer:
     sha256: str
 
 
-def _check(version: str) -> str:
+def check_version(version: str) -> str:
     if not VERSION.match(version):
         raise DriverError(f"{version!r} is not an NVIDIA driver version such as {DEFAULT_MODULE_VERSION}")
     return version
 
 
 def installer_path(settings: LabSettings, version: str) -> Path:
-    return settings.state_dir / "driver" / f"NVIDIA-Linux-x86_64-{_check(version)}.run"
+    return settings.state_dir / "driver" / f"NVIDIA-Linux-x86_64-{check_version(version)}.run"
 
 
 def _cuda_version(version: str) -> int:
@@ -314,7 +314,7 @@ def declare_module(settings: LabSettings, version: str | None) -> Path:
     if version is None:
         version_file.unlink(missing_ok=True)
     else:
-        version_file.write_text(MODULE_LINE.format(version=_check(version)))
+        version_file.write_text(MODULE_LINE.format(version=check_version(version)))
         version_file.chmod(0o444)
     return version_file
 

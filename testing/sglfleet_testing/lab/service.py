@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from .container import LxcHost
+from .container import NODE_VMID, LxcHost
 from .driver import (
     DEFAULT_MODULE_VERSION,
     build_installer,
@@ -34,6 +34,7 @@ from .driver import (
     installer_path,
     proc_driver_dir,
 )
+from .node import ensure_node
 from .settings import LabSettings
 from .template import ensure_template
 
@@ -105,6 +106,12 @@ def _up(settings: LabSettings, say: Say) -> bool:
     if ensure_template(settings, say):
         did = True
     if ensure_driver(settings, say):
+        did = True
+    if ensure_node(settings, LxcHost(settings), settings.ssh_key.with_suffix(".pub").read_text()):
+        say(
+            f"stand-in PVE node {settings.node} (lab container {NODE_VMID}) runs, sshd on 127.0.0.1:"
+            f"{settings.ssh_port(NODE_VMID)}"
+        )
         did = True
     pid = daemon_pid(settings)
     problem = api_problem(settings) if pid is not None else "not running"
