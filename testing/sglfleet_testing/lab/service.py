@@ -34,6 +34,7 @@ from .driver import (
     installer_path,
     proc_driver_dir,
 )
+from .hfhub import REPO_ID, FakeHub, start_hub
 from .node import ensure_node
 from .settings import LabSettings
 from .template import ensure_template
@@ -431,6 +432,9 @@ async def _serve(settings: LabSettings) -> None:
     pve = LabPve(settings)
     adopted = pve.adopt()
     await pve.start(str(settings.ca_cert), str(settings.tls_key))
+    # The fake Hugging Face Hub (hfhub.py) for the model-download path, on loopback, in the same daemon.
+    hub = await start_hub(FakeHub(), settings.host, settings.hub_port)
+    log.info("fake Hugging Face Hub on http://%s:%s (repo %s)", settings.host, settings.hub_port, REPO_ID)
     log.info(
         "serving %s (node %s), template %s, adopted %s",
         pve.url,
@@ -443,5 +447,6 @@ async def _serve(settings: LabSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    await hub.cleanup()
     await pve.stop()
     log.info("stopped")
