@@ -29,7 +29,7 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [host, provision, training_stop, toolchain, sglang, fleet, prompts, generate, merge]
+    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
@@ -148,6 +148,7 @@ _PHASES = [
     "training_stop",
     "toolchain",
     "sglang",
+    "model",
     "fleet",
     "prompts",
     "generate",

@@ -1,6 +1,6 @@
 """The fleet ledger: one JSON file on the target that says how far the fleet has come.
 
-Every phase (host, provision, training_stop, toolchain, sglang, fleet, prompts, generate,
+Every phase (host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate,
 merge) records its outcome here: a status (done, failed or pending), the time the
 phase took that outcome, and a dict of evidence (what proves it: GPU count, ports
 answering, rows written, ...).
@@ -33,7 +33,16 @@ from sglfleet.atomicio import atomic_write
 DEFAULT_PATH = Path("/var/lib/sglfleet/ledger.json")
 
 Phase = Literal[
-    "host", "provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge"
+    "host",
+    "provision",
+    "training_stop",
+    "toolchain",
+    "sglang",
+    "model",
+    "fleet",
+    "prompts",
+    "generate",
+    "merge",
 ]
 Status = Literal["done", "failed", "pending"]
 
