@@ -25,7 +25,8 @@ def test_missing_file_reads_as_every_phase_pending(tmp_path: Path) -> None:
     ledger = lg.load_ledger(tmp_path / "nope.json")
     rows = ledger.checklist()
     assert [r.phase for r in rows] == [
-        "host", "provision", "training_stop", "toolchain", "sglang", "model", "fleet", "prompts", "generate", "merge",
+        "host", "provision", "training_stop", "toolchain", "sglang", "model", "fleet",
+        "prompts", "generate", "merge",
     ]  # fmt: skip
     assert {r.status for r in rows} == {"pending"}
     assert not any(r.recorded for r in rows)
