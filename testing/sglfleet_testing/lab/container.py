@@ -168,11 +168,10 @@ class LxcHost:
         # The host's /proc/driver as a CT on a GPU node sees it (the declared nvidia module version,
         # driver.py): mounted after proc (lxc.mount.auto comes first), read-only as the real one is.
         if vmid == NODE_VMID:
-            # The stand-in PVE node (node.py): its "kernel" is files of the lab, read-write for its
-            # stand-in modprobe and nvidia-modprobe.
+            # The stand-in PVE node (node.py): its /proc/driver is a directory of the lab, read-write
+            # for its stand-in modprobe.
             node = self.settings.state_dir / "node"
             lines.append(f"lxc.mount.entry = {node / 'proc-driver'} proc/driver none bind 0 0")
-            lines.append(f"lxc.mount.entry = {node / 'modules'} proc/modules none bind,create=file 0 0")
             return "\n".join(lines) + "\n"
         proc_driver = self.settings.state_dir / "proc-driver"
         if proc_driver.is_dir():

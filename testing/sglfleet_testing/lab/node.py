@@ -5,8 +5,10 @@ reads /proc/modules and /proc/driver/nvidia/version. The lab has no NVIDIA hardw
 a module into its own kernel, so the node is lab container NODE_VMID (systemd as init, sshd on
 127.0.0.1:2022) whose kernel-facing parts are stand-ins:
 
-- /proc/modules and /proc/driver of the node are files of the lab (<state>/node/), bind-mounted over the
-  container's procfs, so what "the kernel" has loaded is what the stand-ins wrote;
+- /proc/driver of the node is a directory of the lab (<state>/node/proc-driver), bind-mounted over the
+  container's procfs; the loaded modules are listed in /run/sglfleet-standin/modules (/proc/modules'
+  format; the lab's inventory points pve_host_proc_modules there: this machine's kernel may have no
+  /proc/modules at all), which a boot empties as the kernel's list is;
 - /usr/sbin/modprobe: loads `nvidia` (only when a driver is declared installed: <state>/node/driver
   holds its version) by adding its /proc/modules line and writing /proc/driver/nvidia/version in the
   real module's format; `nvidia_uvm` (and `nvidia_modeset`, `nvidia_drm`) load `nvidia` first, as their
@@ -32,7 +34,8 @@ MODPROBE = r"""#!/bin/bash
 # Stand-in modprobe of the sglfleet lab's PVE node: the "kernel" is /proc/modules and /proc/driver,
 # files of the lab bind-mounted into this container.
 state=/etc/sglfleet-standin
-modules=/proc/modules
+modules=/run/sglfleet-standin/modules
+mkdir -p "$(dirname "$modules")" && touch "$modules"
 loaded() { grep -q "^$1 " "$modules"; }
 load_nvidia() {
   loaded nvidia && return 0
@@ -105,11 +108,10 @@ def _etc(settings: LabSettings) -> Path:
 
 
 def _fresh_kernel(settings: LabSettings) -> None:
-    """What a boot gives: no module loaded, no /proc/driver/nvidia."""
+    """What a boot gives: no /proc/driver/nvidia (the module list is in /run, which the boot empties)."""
     base = node_dir(settings)
     shutil.rmtree(base / "proc-driver", ignore_errors=True)
     (base / "proc-driver").mkdir(parents=True)
-    (base / "modules").write_text("")
 
 
 def _install_stand_ins(rootfs: Path) -> None:
@@ -126,9 +128,9 @@ def ensure_node(settings: LabSettings, lxc: LxcHost, ssh_keys: str, driver: str 
     if not lxc.exists(NODE_VMID):
         _fresh_kernel(settings)
         lxc.create(NODE_VMID, settings.template_path, Shape(hostname=settings.node), ssh_keys)
-        _install_stand_ins(lxc.rootfs(NODE_VMID))
         declare_node_driver(settings, driver)
         did = True
+    _install_stand_ins(lxc.rootfs(NODE_VMID))
     if not lxc.state(NODE_VMID).running:
         _fresh_kernel(settings)
         lxc.configure(NODE_VMID, Shape(hostname=settings.node))
