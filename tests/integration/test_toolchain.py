@@ -136,7 +136,7 @@ BREAKS = {
         "rm {p}/lib64/stubs/libcuda.so",
         "test -f {p}/lib64/stubs/libcuda.so",
         STUB_TASK,
-        ["flashinfer's JIT link step failed", "cannot find -lcuda", f"task '{STUB_TASK}'"],
+        ["lib64/stubs/libcuda.so is missing", "cannot find -lcuda", f"task '{STUB_TASK}'"],
     ),
     # Debian's python3.11-dev holds no header itself: libpython3.11-dev has Python.h.
     "python-headers": (

@@ -34,6 +34,15 @@ def run(name: str, argv: list[str]) -> dict:
     return {"name": name, "argv": argv, "rc": rc, "output": output}
 
 
+def soname(path: str) -> str | None:
+    """The SONAME of a shared object, or None when it is missing or has none."""
+    if not os.path.exists(path):
+        return None
+    proc = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=False)
+    found = [line.split("[", 1)[1].rstrip("]") for line in proc.stdout.splitlines() if "(SONAME)" in line]
+    return found[0] if found else None
+
+
 def needed(path: str) -> list[str]:
     """The DT_NEEDED entries of a shared object (readelf -d, from binutils, which g++ pulls in)."""
     proc = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=False)
@@ -85,6 +94,9 @@ def flashinfer(sm: str) -> dict:
         "steps": steps,
         "needed": needed("jit_ext.so") if linked else [],
         "python_include": system_includes[0],
+        # With a driver installed, -lcuda also resolves to its libcuda.so; the stub is what a host without
+        # one (a build host, a CT before nvidia_userspace) links against, so it is checked on its own.
+        "stub_soname": soname(f"{cuda_home}/lib64/stubs/libcuda.so"),
     }
 
 
