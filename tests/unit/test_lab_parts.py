@@ -361,3 +361,19 @@ def test_lab_containers_see_the_declared_proc_driver(tmp_path):
     (settings.state_dir / "proc-driver").mkdir(parents=True)
     text = host.config_text(200, Shape(hostname="ct200", cores=1, memory=512, swap=0))
     assert f"lxc.mount.entry = {settings.state_dir / 'proc-driver'} proc/driver none ro,bind 0 0" in text
+
+
+def test_the_stand_in_node_gets_its_own_read_write_proc_driver(tmp_path):
+    from sglfleet_testing.lab.container import NODE_VMID
+    from sglfleet_testing.lab.node import MODPROBE, NVIDIA_MODPROBE
+
+    settings = LabSettings(state_dir=tmp_path / "state")
+    (settings.state_dir / "proc-driver").mkdir(parents=True)
+    host = LxcHost(settings, access=HostAccess(files=(), binds=(), environment=()))
+    text = host.config_text(NODE_VMID, Shape(hostname="kpro6"))
+    assert f"lxc.mount.entry = {settings.state_dir / 'node' / 'proc-driver'} proc/driver none bind 0 0" in text
+    assert f"{settings.state_dir / 'proc-driver'} proc/driver none ro,bind" not in text  # not the CTs' view
+    assert settings.ssh_port(NODE_VMID) == 2022
+    # the stand-ins do what the node's real tools do, on the lab's files only
+    assert "Module $arg not found in directory /lib/modules" in MODPROBE
+    assert "mknod" in NVIDIA_MODPROBE and "195" in NVIDIA_MODPROBE and "510" in NVIDIA_MODPROBE
