@@ -371,7 +371,8 @@ def test_the_stand_in_node_gets_its_own_read_write_proc_driver(tmp_path):
     (settings.state_dir / "proc-driver").mkdir(parents=True)
     host = LxcHost(settings, access=HostAccess(files=(), binds=(), environment=()))
     text = host.config_text(NODE_VMID, Shape(hostname="kpro6"))
-    assert f"lxc.mount.entry = {settings.state_dir / 'node' / 'proc-driver'} proc/driver none bind 0 0" in text
+    node_driver = settings.state_dir / "node" / "proc-driver"
+    assert f"lxc.mount.entry = {node_driver} proc/driver none bind 0 0" in text
     assert f"{settings.state_dir / 'proc-driver'} proc/driver none ro,bind" not in text  # not the CTs' view
     assert settings.ssh_port(NODE_VMID) == 2022
     # the stand-ins do what the node's real tools do, on the lab's files only
