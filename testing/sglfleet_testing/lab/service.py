@@ -106,14 +106,6 @@ def _up(settings: LabSettings, say: Say) -> bool:
     start = time.monotonic()
     if ensure_template(settings, say):
         did = True
-    if ensure_driver(settings, say):
-        did = True
-    if ensure_node(settings, LxcHost(settings), settings.ssh_key.with_suffix(".pub").read_text()):
-        say(
-            f"stand-in PVE node {settings.node} (lab container {NODE_VMID}) runs, sshd on 127.0.0.1:"
-            f"{settings.ssh_port(NODE_VMID)}"
-        )
-        did = True
     pid = daemon_pid(settings)
     problem = api_problem(settings) if pid is not None else "not running"
     if problem:
@@ -124,6 +116,15 @@ def _up(settings: LabSettings, say: Say) -> bool:
             say(f"made the lab's TLS certificate {settings.ca_cert}")
         pid = start_daemon(settings)
         say(f"fakepve pid {pid} serves the PVE API on {settings.url} (node {settings.node})")
+        did = True
+    # After the API: a failure here leaves the PVE API and the CTs serving, and says what failed.
+    if ensure_driver(settings, say):
+        did = True
+    if ensure_node(settings, LxcHost(settings), settings.ssh_key.with_suffix(".pub").read_text()):
+        say(
+            f"stand-in PVE node {settings.node} (lab container {NODE_VMID}) runs, sshd on 127.0.0.1:"
+            f"{settings.ssh_port(NODE_VMID)}"
+        )
         did = True
     if did:
         say(f"lab up in {time.monotonic() - start:.1f} s")
