@@ -32,7 +32,7 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [provision, training_stop, toolchain, sglang, fleet, prompts, generate, merge]
+    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
@@ -146,7 +146,18 @@ with SGLFLEET:
 PHASES = (
     list(sgl_ledger.PHASES)
     if SGLFLEET.ok
-    else ["provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge"]
+    else [
+        "host",
+        "provision",
+        "training_stop",
+        "toolchain",
+        "sglang",
+        "model",
+        "fleet",
+        "prompts",
+        "generate",
+        "merge",
+    ]
 )
 STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]
 

@@ -21,6 +21,12 @@ description:
   - C(devN) passthrough can only be set by C(root@pam) logged in with its password (PVE refuses API tokens,
     even root's), so asking for O(devices) with a token fails before any request.
   - PVE's errors reach the user with PVE's own message and the parameter it names.
+  - A task whose exit status is C(WARNINGS) with a count succeeded; its warning lines are relayed as
+    Ansible warnings and in RV(task_warnings).
+  - A container locked by a backup or migration (C(lock) in its config) is waited for up to O(timeout)
+    before the first write, then named in the error.
+  - Adding a C(devN) or C(mpN) to a running container hot-plugs it (as pve-container does), so no restart
+    is predicted for it; changing or removing one is applied at the next start.
   - Runs where C(sglfleet) is installed, the controller (C(delegate_to=localhost)).
 version_added: "0.1.0"
 author:
@@ -114,6 +120,20 @@ options:
       - Every devN is managed when given. Needs O(api_user=root@pam) with O(api_password).
     type: list
     elements: raw
+  mounts:
+    description:
+      - Bind mounts of directories on the PVE host, C({mp0 => "/srv/models,mp=/models,ro=1"}) or
+        a dict C({volume => /srv/models, mp => /models, ro => true}) per mpN.
+      - Every mpN is managed when given. Like O(devices), only C(root@pam) with its password may set them.
+      - A new mpN on a running container is hot-plugged; a changed one waits for the next start.
+    type: dict
+  node_devices:
+    description:
+      - The C(/dev) paths the PVE node has (the role gathers them on the node over SSH).
+      - When given, a declared device the node lacks fails the module before any change, naming it
+        (PVE itself refuses such a devN with C(Device /dev/... does not exist)).
+    type: list
+    elements: str
   state:
     description:
       - C(present) exists with the config; C(started) also running; C(stopped) also stopped.
@@ -122,7 +142,10 @@ options:
     choices: [present, started, stopped, absent]
     default: started
   timeout:
-    description: Seconds to wait for each PVE task (create, start, shutdown, destroy).
+    description:
+      - Seconds to wait for each PVE task (create, start, shutdown, destroy).
+      - Also how long a container locked by a backup, migration or snapshot is waited for before the
+        module fails naming the lock.
     type: int
     default: 300
 requirements:
@@ -189,6 +212,16 @@ status:
   description: Container status after the run (running, stopped, absent).
   returned: always
   type: str
+task_warnings:
+  description: Warning lines of PVE tasks whose exit status was C(WARNINGS) with a count, after their action.
+  returned: always
+  type: list
+  elements: str
+  sample: ["start CT 200 - WARN - ..."]
+locked:
+  description: On failure because the container stayed locked, the lock's name (backup, migrate, ...).
+  returned: when the container stayed locked past the timeout
+  type: str
 diff:
   description: Before/after of the managed keys.
   returned: in diff mode
@@ -208,7 +241,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.pve._client import Credentials, PveApiError, TaskFailed, TaskTimeout
+    from sglfleet.pve._client import Credentials, CtLocked, PveApiError, TaskFailed, TaskTimeout
     from sglfleet.pve._config import ContainerSpec, SpecError
     from sglfleet.pve._lxc import STATES, run
 
@@ -230,6 +263,7 @@ SPEC_KEYS = (
     "onboot",
     "ssh_public_keys",
     "devices",
+    "mounts",
 )
 
 
@@ -259,6 +293,8 @@ def main() -> None:
             "onboot": {"type": "bool"},
             "ssh_public_keys": {"type": "str"},
             "devices": {"type": "list", "elements": "raw"},
+            "mounts": {"type": "dict"},
+            "node_devices": {"type": "list", "elements": "str"},
             "state": {"type": "str", "default": "started", "choices": STATE_CHOICES},
             "timeout": {"type": "int", "default": 300},
         },
@@ -282,14 +318,24 @@ def main() -> None:
     try:
         spec = ContainerSpec.from_args(vmid=p["vmid"], **{k: p[k] for k in SPEC_KEYS})
         result = run(
-            creds, p["node"], spec, state=p["state"], check_mode=module.check_mode, timeout=p["timeout"]
+            creds,
+            p["node"],
+            spec,
+            state=p["state"],
+            check_mode=module.check_mode,
+            timeout=p["timeout"],
+            node_devices=p["node_devices"],
         )
     except SpecError as e:
         module.fail_json(msg=str(e), vmid=p["vmid"], argument=e.field)
     except PveApiError as e:
         module.fail_json(msg=str(e), vmid=p["vmid"], pve_errors=e.errors, pve_status=e.status)
+    except CtLocked as e:
+        module.fail_json(msg=str(e), vmid=p["vmid"], locked=e.lock)
     except (TaskFailed, TaskTimeout) as e:
         module.fail_json(msg=str(e), vmid=p["vmid"], task_log=e.log, upid=e.upid)
+    for line in result.warnings:
+        module.warn(line)
     out = result.as_dict()
     if module._diff:
         out["diff"] = result.diff()

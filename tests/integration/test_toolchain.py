@@ -21,13 +21,16 @@ WHEEL = "13.2.86"
 PIN_TASK = "cuda_toolchain : Install every CUDA component pinned to one release"
 CUDART_TASK = "cuda_toolchain : Link lib64/libcudart.so -> libcudart.so.13"
 CCCL_TASK = "cuda_toolchain : Overlay the CCCL headers at include/ (cub, cuda, nv, thrust)"
+STUB_TASK = "cuda_toolchain : Build lib64/stubs/libcuda.so (SONAME libcuda.so.1)"
+HEADERS_TASK = "cuda_toolchain : Install the headers of the JIT python (python3.X-dev for its X)"
 CHECKS = [
     "cuda_toolchain : Check that nvcc reports the release",
     "cuda_toolchain : Check the PTX ISA version and target",
     "cuda_toolchain : Check that ptxas assembled the kernel",
     "cuda_toolchain : Check the -cudart shared link",
     "cuda_toolchain : Check the host compile against the CCCL headers",
-    "cuda_toolchain : Check the JIT-style build",
+    "cuda_toolchain : Check flashinfer's JIT build",
+    "cuda_toolchain : Check Triton's launcher build",
     "cuda_toolchain : Check that every component is at the release's pin",
 ]
 
@@ -67,6 +70,11 @@ def test_first_run_installs_assembles_and_verifies(target: Target, converged: Pl
     assert phase["status"] == "done"
     assert phase["evidence"]["release"] == RELEASE
     assert f"nvidia-nvvm=={WHEEL}" in phase["evidence"]["wheels"]
+    # the JIT prerequisites: the driver stub flashinfer links against, and the venv python's headers
+    stub = target.ok(f"readelf -d {p}/lib64/stubs/libcuda.so")
+    assert "Library soname: [libcuda.so.1]" in stub
+    assert target.sh("test -f /usr/include/python3.11/Python.h").returncode == 0
+    assert "flashinfer-jit-link" in phase["evidence"]["checks"]
 
 
 def test_second_run_changes_nothing(target: Target, converged: PlaybookRun) -> None:
@@ -124,6 +132,19 @@ BREAKS = {
         CCCL_TASK,
         ["cuda/std/cstdint: No such file", f"task '{CCCL_TASK}'"],
     ),
+    "libcuda-stub": (
+        "rm {p}/lib64/stubs/libcuda.so",
+        "test -f {p}/lib64/stubs/libcuda.so",
+        STUB_TASK,
+        ["lib64/stubs/libcuda.so is missing", "cannot find -lcuda", f"task '{STUB_TASK}'"],
+    ),
+    # Debian's python3.11-dev holds no header itself: libpython3.11-dev has Python.h.
+    "python-headers": (
+        "DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq python3.11-dev libpython3.11-dev >/dev/null",
+        "test -f /usr/include/python3.11/Python.h",
+        HEADERS_TASK,
+        ["Python.h: No such file", "The headers of /usr/bin/python3 are missing", f"task '{HEADERS_TASK}'"],
+    ),
     "nvvm-13.5": (
         "{p}/venv/bin/pip install --quiet --disable-pip-version-check nvidia-nvvm==13.5.37",
         "{p}/venv/bin/python -m pip show nvidia-nvvm | grep -qx 'Version: " + WHEEL + "'",
@@ -150,8 +171,9 @@ def test_broken_fix_is_named_by_verify_and_repaired_by_the_next_run(
 
     verify = target.play(PLAYBOOK, "--tags", "verify")
     assert verify.rc != 0, verify.explain()
+    flat = " ".join(verify.output.split())  # the yaml callback wraps long messages
     for message in messages:
-        assert message in verify.output, (message, verify.explain())
+        assert " ".join(message.split()) in flat, (message, verify.explain())
     assert target.ledger_phase("toolchain")["status"] == "failed"
 
     check = target.play(PLAYBOOK, "--check", "--tags", "install,configure")

@@ -275,3 +275,106 @@ def test_the_lab_inventory_names_what_the_lab_serves():
         "pve_storage": settings.rootfs_storage,
         "pve_ssh_public_key_file": str(settings.ssh_key.with_suffix(".pub")),
     }.items() <= lab.items()
+
+
+# ------------------------------------------------------------ the stand-in NVIDIA driver
+
+
+def _payload(installer: Path, into: Path) -> Path:
+    """Unpack the installer's payload (what follows __PAYLOAD__) without running the installer."""
+    import base64
+    import io
+    import tarfile
+
+    text = installer.read_text()
+    data = base64.b64decode(text.split("\n__PAYLOAD__\n", 1)[1])
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def test_stand_in_driver_libraries_answer_like_a_driver_without_a_gpu(tmp_path):
+    import ctypes
+    import subprocess
+
+    from sglfleet_testing.lab.driver import build_installer
+
+    settings = LabSettings(state_dir=tmp_path / "state")
+    installer = build_installer(settings, "580.95.05")
+    assert installer.path.name == "NVIDIA-Linux-x86_64-580.95.05.run"
+    assert installer.path.with_name(installer.path.name + ".sha256").read_text().startswith(installer.sha256)
+    files = _payload(installer.path, tmp_path / "payload")
+    soname = subprocess.run(
+        ["readelf", "-d", str(files / "libcuda.so")], capture_output=True, text=True, check=False
+    )
+    assert "Library soname: [libcuda.so.1]" in soname.stdout
+    cuda = ctypes.CDLL(str(files / "libcuda.so"))
+    assert cuda.cuInit(0) == 100  # CUDA_ERROR_NO_DEVICE
+    version = ctypes.c_int()
+    assert cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value == 13000
+    for symbol in ("cuLaunchKernel", "cuLaunchKernelEx", "cuGetProcAddress_v2", "cuTensorMapEncodeTiled"):
+        assert hasattr(cuda, symbol)
+    nvml = ctypes.CDLL(str(files / "libnvidia-ml.so"))
+    buf = ctypes.create_string_buffer(32)
+    assert nvml.nvmlInit_v2() == 0 and nvml.nvmlSystemGetDriverVersion(buf, 32) == 0
+    assert buf.value == b"580.95.05"
+    # the same version twice is the same file (the inventory's checksum stays valid)
+    assert build_installer(settings, "580.95.05").sha256 == installer.sha256
+
+
+def test_stand_in_installer_refuses_what_the_real_one_cannot_do(tmp_path):
+    import subprocess
+
+    from sglfleet_testing.lab.driver import build_installer
+
+    installer = build_installer(LabSettings(state_dir=tmp_path / "state"), "580.95.05").path
+    run = subprocess.run(["sh", str(installer), "--silent"], capture_output=True, text=True, check=False)
+    assert run.returncode == 1 and "Unable to find the kernel source tree" in run.stderr
+    run = subprocess.run(
+        ["sh", str(installer), "--no-kernel-module"], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 1 and "--silent" in run.stderr
+    run = subprocess.run(["sh", str(installer), "--version"], capture_output=True, text=True, check=False)
+    assert run.stdout.strip() == "nvidia-installer:  version 580.95.05"
+    run = subprocess.run(["sh", str(installer), "--frobnicate"], capture_output=True, text=True, check=False)
+    assert run.returncode == 1 and "Unrecognized option" in run.stderr
+
+
+def test_declared_module_version_reads_back_in_the_real_format(tmp_path):
+    from sglfleet_testing.lab.driver import DriverError, declare_module, declared_module, proc_driver_dir
+
+    settings = LabSettings(state_dir=tmp_path / "state")
+    path = declare_module(settings, "570.172.08")
+    assert path == proc_driver_dir(settings) / "nvidia" / "version"
+    assert path.read_text().startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.172.08 ")
+    assert declared_module(settings) == "570.172.08"
+    declare_module(settings, None)
+    assert declared_module(settings) is None
+    with pytest.raises(DriverError, match="not an NVIDIA driver version"):
+        declare_module(settings, "latest")
+
+
+def test_lab_containers_see_the_declared_proc_driver(tmp_path):
+    settings = LabSettings(state_dir=tmp_path / "state")
+    host = LxcHost(settings, access=HostAccess(files=(), binds=(), environment=()))
+    assert "proc/driver" not in host.config_text(200, Shape(hostname="ct200", cores=1, memory=512, swap=0))
+    (settings.state_dir / "proc-driver").mkdir(parents=True)
+    text = host.config_text(200, Shape(hostname="ct200", cores=1, memory=512, swap=0))
+    assert f"lxc.mount.entry = {settings.state_dir / 'proc-driver'} proc/driver none ro,bind 0 0" in text
+
+
+def test_the_stand_in_node_gets_its_own_read_write_proc_driver(tmp_path):
+    from sglfleet_testing.lab.container import NODE_VMID
+    from sglfleet_testing.lab.node import MODPROBE, NVIDIA_MODPROBE
+
+    settings = LabSettings(state_dir=tmp_path / "state")
+    (settings.state_dir / "proc-driver").mkdir(parents=True)
+    host = LxcHost(settings, access=HostAccess(files=(), binds=(), environment=()))
+    text = host.config_text(NODE_VMID, Shape(hostname="kpro6"))
+    node_driver = settings.state_dir / "node" / "proc-driver"
+    assert f"lxc.mount.entry = {node_driver} proc/driver none bind 0 0" in text
+    assert f"{settings.state_dir / 'proc-driver'} proc/driver none ro,bind" not in text  # not the CTs' view
+    assert settings.ssh_port(NODE_VMID) == 2022
+    # the stand-ins do what the node's real tools do, on the lab's files only
+    assert "Module $arg not found in directory /lib/modules" in MODPROBE
+    assert "mknod" in NVIDIA_MODPROBE and "195" in NVIDIA_MODPROBE and "510" in NVIDIA_MODPROBE

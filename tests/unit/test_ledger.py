@@ -25,7 +25,8 @@ def test_missing_file_reads_as_every_phase_pending(tmp_path: Path) -> None:
     ledger = lg.load_ledger(tmp_path / "nope.json")
     rows = ledger.checklist()
     assert [r.phase for r in rows] == [
-        "provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge",
+        "host", "provision", "training_stop", "toolchain", "sglang", "model", "fleet",
+        "prompts", "generate", "merge",
     ]  # fmt: skip
     assert {r.status for r in rows} == {"pending"}
     assert not any(r.recorded for r in rows)
@@ -132,7 +133,7 @@ def test_bad_schema_names_file_and_field(tmp_path: Path) -> None:
 
 def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    with pytest.raises(ValueError, match="phase 'deploy' is not one of provision"):
+    with pytest.raises(ValueError, match="phase 'deploy' is not one of host, provision"):
         lg.record_phase(path, "deploy", "done")
     with pytest.raises(ValueError, match="status 'ok' is not one of done, failed, pending"):
         lg.record_phase(path, "fleet", "ok")
@@ -233,10 +234,10 @@ def test_module_read_and_absent(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     empty = run_module("fleet_ledger", {"path": str(path), "state": "read"}, tmp_path)
     assert empty["changed"] is False and empty["exists"] is False
-    assert [r["status"] for r in empty["checklist"]] == ["pending"] * 8
+    assert [r["status"] for r in empty["checklist"]] == ["pending"] * 10
     run_module("fleet_ledger", {"path": str(path), "phase": "provision", "evidence": {"vmid": 200}}, tmp_path)
     read = run_module("fleet_ledger", {"path": str(path), "state": "read"}, tmp_path)
-    assert read["checklist"][0] == {
+    assert read["checklist"][1] == {
         "phase": "provision", "status": "done", "time": read["ledger"]["phases"]["provision"]["time"],
         "evidence": {"vmid": 200}, "recorded": True,
     }  # fmt: skip

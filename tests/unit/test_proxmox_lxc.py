@@ -355,3 +355,115 @@ def test_a_real_concurrent_edit_between_read_and_write_is_retried(pve, module):
     assert config["cores"] == 12 and config["description"] == "edited by hand"
     puts = [p for m, p, _ in pve.requests[seen:] if m == "PUT"]
     assert len(puts) == 2  # the stale one, then the one with the digest read again
+
+
+# ---------------------------------------------------------------- tasks with warnings, locks, hot-plug
+
+
+def _warn_on(pve, ttype, lines):
+    """Make every `ttype` task end as PVE's fork_worker ends one that called log_warn: exit status
+    `WARNINGS: N`, its log `WARN: ...` lines then `TASK WARNINGS: N` (pve-common RESTEnvironment.pm)."""
+    original = pve.task
+
+    async def task(node, kind, tid, user, body, vm=None, lock=True, log=()):  # noqa: PLR0917 - fakepve's signature
+        upid = await original(node, kind, tid, user, body, vm=vm, lock=lock, log=log)
+        record = pve.tasks[upid]
+        if kind == ttype and record["exitstatus"] == "OK":
+            record["log"][-1:] = [f"WARN: {line}" for line in lines] + [f"TASK WARNINGS: {len(lines)}"]
+            record["exitstatus"] = f"WARNINGS: {len(lines)}"
+        return upid
+
+    pve.task = task
+
+
+def test_a_start_that_ends_with_warnings_succeeds_and_relays_them(pve, module):
+    module()
+    _warn_on(pve, "vzstart", ["Device /dev/nvidia-caps not found, skipping", "mp0: acl not supported"])
+    result = module(state="started")
+    assert result.get("failed") is not True, result
+    assert result["status"] == "running" and result["actions"] == ["start"]
+    assert result["task_warnings"] == [
+        "start CT 200: WARN: Device /dev/nvidia-caps not found, skipping",
+        "start CT 200: WARN: mp0: acl not supported",
+    ]
+    assert pve.ct(200).status == "running"
+    assert module(state="started")["task_warnings"] == []
+    assert "start CT 200: WARN: mp0: acl not supported" in str(result["warnings"])  # relayed
+
+
+def test_a_task_error_is_still_a_failure():
+    from sglfleet.pve._client import task_succeeded
+
+    assert task_succeeded("OK") and task_succeeded("WARNINGS: 3")
+    assert not task_succeeded("WARNINGS: x") and not task_succeeded("startup for container '200' failed")
+
+
+def test_a_locked_container_is_named_after_the_timeout(pve, module):
+    module()
+    pve.snapshot_lock(200, "backup")
+    digest, seen = pve.ct(200).digest(), len(pve.requests)
+    result = module(cores=12, timeout=1)
+    assert result["failed"] is True
+    assert result["locked"] == "backup"
+    assert "CT 200 is locked (backup) and stayed locked for 1 s" in result["msg"]
+    assert "pct unlock 200" in result["msg"]
+    assert writes(pve, seen) == []
+    assert pve.ct(200).digest() == digest
+    # check mode does not wait: it says what a real run would do, and that it would wait
+    check = module(cores=12, timeout=1, check=True)
+    assert check["changed"] is True and check["actions"] == ["update cores"]
+    assert any("locked (backup)" in w for w in check["task_warnings"])
+
+
+def test_a_locked_container_is_waited_for(pve, module):
+    module()
+    pve.snapshot_lock(200, "backup")
+    threading.Timer(1.0, pve.unlock, args=(200,)).start()
+    started = time.monotonic()
+    result = module(cores=12, timeout=30)
+    assert result["changed"] is True, result
+    assert time.monotonic() - started >= 1.0
+    assert pve.ct(200).config["cores"] == 12
+
+
+def test_a_lock_taken_between_read_and_write_is_waited_for(pve, module):
+    """PVE's own refusal of a locked CT (check_lock: "CT is locked (backup)") is waited out and retried."""
+    module()
+    pve.fail("PUT", f"/nodes/{NODE}/lxc/200/config", 500, "CT is locked (backup)", times=1)
+    result = module(cores=6)
+    assert result["changed"] is True, result
+    assert pve.ct(200).config["cores"] == 6
+
+
+def test_new_devices_on_a_running_container_are_hot_plugged_without_restart(pve, module):
+    module(state="started")
+    check = module(state="started", devices=GPU_NODES, check=True)
+    assert check["changed"] is True and check["restart_required"] is False
+    result = module(state="started", devices=GPU_NODES)
+    assert result["changed"] is True and result["restart_required"] is False, result
+    assert pve.ct(200).pending == {}
+    # changing an existing devN is not hot-plugged (pve-container skips "existing dev"): restart
+    changed = [{"path": GPU_NODES[0], "mode": "0660"}, *GPU_NODES[1:]]
+    assert module(state="started", devices=changed, check=True)["restart_required"] is True
+    assert module(state="started", devices=changed)["restart_required"] is True
+
+
+def test_a_device_the_node_lacks_is_refused_before_any_request(pve, module):
+    result = module(devices=GPU_NODES, node_devices=GPU_NODES[:-2])
+    assert result["failed"] is True and result["argument"] == "devices"
+    assert "node 'pve1' has no dev9=/dev/nvidia-uvm, dev10=/dev/nvidia-uvm-tools" in result["msg"]
+    assert "nvidia-modprobe -u -c0" in result["msg"]
+    assert pve.requests == []
+    assert module(devices=GPU_NODES, node_devices=GPU_NODES)["changed"] is True
+
+
+def test_bind_mounts_are_managed_and_need_root_password(pve, module):
+    mounts = {"mp0": "/srv/models,mp=/models,ro=1"}
+    result = module(mounts=mounts)
+    assert result["changed"] is True, result
+    assert pve.ct(200).config["mp0"] == "/srv/models,mp=/models,ro=1"
+    assert module(mounts={"mp0": {"volume": "/srv/models/", "mp": "/models", "ro": True}})["changed"] is False
+    assert module(mounts={})["actions"] == ["update mp0"]
+    refused = module(mounts=mounts, auth="token")
+    assert refused["failed"] is True and refused["argument"] == "mounts"
+    assert "bind mounts of host directories (mp0)" in refused["msg"] and "API tokens" in refused["msg"]

@@ -125,3 +125,44 @@ def test_secrets_stay_out_of_the_output(fakepve, playbook):
     rc, out = playbook("-v", "--diff", proxmox_lxc_api_password="secret")
     assert rc == 0, out
     assert "secret" not in out.replace("api_token_secret", "")
+
+
+def test_a_device_or_mount_source_the_node_lacks_stops_before_any_change(fakepve, playbook, tmp_path):
+    """The node is probed over its connection (here: this machine, as `localhost`) before any write."""
+    rc, out = playbook(
+        proxmox_lxc_pve_host="localhost",
+        proxmox_lxc_devices=["/dev/null", {"path": "/dev/nvidia-uvm", "mode": "0666"}],
+    )
+    assert rc != 0
+    assert "node 'pve1' has no dev1=/dev/nvidia-uvm" in out and "nvidia-modprobe -u -c0" in out
+    assert not [r for r in fakepve.requests if r[0] != "GET" and not r[1].endswith("/access/ticket")]
+    assert fakepve.ct(200) is None
+
+    nowhere = {"mp0": "/srv/nowhere,mp=/models"}
+    rc, out = playbook(proxmox_lxc_pve_host="localhost", proxmox_lxc_mounts=nowhere)
+    assert rc != 0
+    assert "bind-mounts /srv/nowhere, which node localhost does not have as a directory" in out
+    assert fakepve.ct(200) is None
+
+    models = tmp_path / "models"
+    models.mkdir()
+    rc, out = playbook(
+        proxmox_lxc_pve_host="localhost",
+        proxmox_lxc_devices=["/dev/null"],
+        proxmox_lxc_mounts={"mp0": f"{models},mp=/srv/models,ro=1"},
+    )
+    assert rc == 0, out
+    assert fakepve.ct(200).config["dev0"] == "/dev/null"
+    assert fakepve.ct(200).config["mp0"] == f"{models},mp=/srv/models,ro=1"
+
+
+def test_bind_mounts_with_a_token_stop_in_preflight(fakepve, playbook):
+    rc, out = playbook(
+        proxmox_lxc_api_password="",
+        proxmox_lxc_api_token_id="ci",
+        proxmox_lxc_api_token_secret="tok",
+        proxmox_lxc_mounts={"mp0": "/srv/models,mp=/srv/models"},
+    )
+    assert rc != 0
+    assert "mount point type bind is only allowed for root@pam" in out
+    assert fakepve.requests == []

@@ -101,6 +101,22 @@ def test_features_and_devices_need_a_restart_when_running():
     assert plan_update(spec(devices=["/dev/nvidia0"]), CURRENT).needs_restart()
 
 
+def test_new_devices_and_mounts_hot_plug_changed_ones_wait():
+    """pve-container vmconfig_hotplug_pending: a devN/mpN the config lacks is hot-plugged, one that
+    exists is skipped ("don't try to hotplug over existing dev"), a deletion waits for the start."""
+    more = [*SPEC_ARGS["devices"], "/dev/nvidiactl"]
+    plan = plan_update(spec(devices=more), CURRENT)
+    assert plan.keys() == ["dev2"] and not plan.needs_restart()
+    plan = plan_update(spec(mounts={"mp0": "/srv/models,mp=/models,ro=1"}), CURRENT)
+    assert plan.set == {"mp0": "/srv/models,mp=/models,ro=1"} and not plan.needs_restart()
+    bound = dict(CURRENT, mp0="/srv/models,mp=/models,ro=1")
+    assert not plan_update(spec(mounts={"mp0": "/srv/models/,ro=true,mp=/models"}), bound).changed
+    assert plan_update(spec(mounts={"mp0": "/srv/other,mp=/models"}), bound).needs_restart()
+    assert plan_update(spec(mounts={}), bound).needs_restart()
+    assert plan_update(spec(devices=["/dev/nvidia1", SPEC_ARGS["devices"][1]]), CURRENT).needs_restart()
+    assert not plan_update(spec(cores=4), CURRENT).needs_restart()
+
+
 def test_rootfs_grow_shrink_and_move():
     plan = plan_update(spec(rootfs="local-lvm:32"), CURRENT)
     assert plan.resize == "32G" and not plan.set
@@ -152,6 +168,11 @@ def test_create_params_in_pve_spelling():
         ({"onboot": "maybe"}, "onboot", "not a boolean"),
         ({"vmid": 7}, "vmid", "100..999999999"),
         ({"cores": 0}, "cores", "positive"),
+        ({"mounts": {"disk0": "/srv,mp=/m"}}, "mounts", "not mpN"),
+        ({"mounts": {"mp0": "local-lvm:8,mp=/m"}}, "mounts.mp0", "directory on the PVE host"),
+        ({"mounts": {"mp0": "/srv"}}, "mounts.mp0", "mp= must be the absolute path"),
+        ({"mounts": {"mp0": "/srv,mp=/m,colour=red"}}, "mounts.mp0", "unknown mount point option"),
+        ({"mounts": {"mp0": "/a,mp=/m", "mp1": "/b,mp=/m/"}}, "mounts", "same path"),
     ],
 )
 def test_bad_values_name_the_argument(args, field, words):

@@ -105,17 +105,17 @@ def test_status_json_has_checklist_and_rows_with_gpu_memory(fleet: int, ledger_f
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert [(r["phase"], r["status"]) for r in data["checklist"][:3]] == [
-        ("provision", "done"), ("training_stop", "failed"), ("toolchain", "pending"),
+    assert [(r["phase"], r["status"]) for r in data["checklist"][:4]] == [
+        ("host", "pending"), ("provision", "done"), ("training_stop", "failed"), ("toolchain", "pending"),
     ]  # fmt: skip
-    assert data["checklist"][0]["evidence"] == {"vmid": 200, "node": "kpro6"}
+    assert data["checklist"][1]["evidence"] == {"vmid": 200, "node": "kpro6"}
     rows = data["instances"]
     assert [r["health"]["port"] for r in rows] == [fleet, fleet + 1, fleet + 2, fleet + 3]
     assert [r["health"]["healthy"] for r in rows] == [True, True, True, False]
     assert rows[3]["health"]["reason"] == "refused"
     assert rows[1]["health"]["model"] == SERVED and rows[1]["health"]["gpu"] == 1
     assert (rows[1]["gpu_memory_used_mib"], rows[1]["gpu_memory_total_mib"]) == (91532, 97887)
-    assert data["summary"] == "1/8 phases done, failed: training_stop; 3/4 instances healthy"
+    assert data["summary"] == "1/10 phases done, failed: training_stop; 3/4 instances healthy"
     assert data["gpu_count"] == 8
 
 
@@ -132,7 +132,7 @@ def test_status_table_for_humans(fleet: int, ledger_file: Path) -> None:
     assert len(lines) == 1
     cells = [c.strip() for c in lines[0].strip("│ ").split("│")]
     assert cells == ["2", str(fleet + 2), "200 healthy", SERVED, "0", "0", "0.0", "2 / 97887 MiB"]
-    assert out.rstrip().endswith("1/8 phases done, failed: training_stop; all 3 instances healthy")
+    assert out.rstrip().endswith("1/10 phases done, failed: training_stop; all 3 instances healthy")
 
 
 def write_env_files(env_dir: Path, base: int, count: int, gpus: list[int], api_key: str = "") -> None:

@@ -91,7 +91,7 @@ def test_status_playbook_prints_checklist_and_table(tmp_path: Path, two_instance
         rf"│\s+1 │ {two_instances + 1} │ 200 healthy\s+│ standin-7b .*│ 91532 / 97887 MiB", out
     ), out
     assert re.search(rf"│\s+2 │ {two_instances + 2} │ refused", out)
-    assert "2/8 phases done; 2/3 instances healthy" in out
+    assert "2/10 phases done; 2/3 instances healthy" in out
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0 .*failed=0", out)
 
 

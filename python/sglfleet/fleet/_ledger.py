@@ -1,6 +1,6 @@
 """The fleet ledger: one JSON file on the target that says how far the fleet has come.
 
-Every phase (provision, training_stop, toolchain, sglang, fleet, prompts, generate,
+Every phase (host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate,
 merge) records its outcome here: a status (done, failed or pending), the time the
 phase took that outcome, and a dict of evidence (what proves it: GPU count, ports
 answering, rows written, ...).
@@ -32,7 +32,18 @@ from sglfleet.atomicio import atomic_write
 
 DEFAULT_PATH = Path("/var/lib/sglfleet/ledger.json")
 
-Phase = Literal["provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge"]
+Phase = Literal[
+    "host",
+    "provision",
+    "training_stop",
+    "toolchain",
+    "sglang",
+    "model",
+    "fleet",
+    "prompts",
+    "generate",
+    "merge",
+]
 Status = Literal["done", "failed", "pending"]
 
 #: The phases in the order they run (the checklist's order).

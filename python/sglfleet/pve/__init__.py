@@ -4,19 +4,22 @@
   and the difference between what is asked for and what PVE holds (`plan_update`).
 - `client`: a small PVE client over proxmoxer: TLS, token or password login, PVE's own error
   messages, task waiting that reports a failed task with its log.
-- `lxc`: `ensure(client, spec, state, check_mode)`: create / update / start / stop / destroy.
+- `lxc`: `ensure(client, spec, state, check_mode)`: create / update / start / stop / destroy; waits
+  for a locked CT, relays the warnings of tasks that end with `WARNINGS: N`.
 """
 
-from sglfleet.pve._client import PveApiError, PveClient, TaskFailed
+from sglfleet.pve._client import CtLocked, PveApiError, PveClient, TaskFailed
 from sglfleet.pve._config import ContainerSpec, SpecError
-from sglfleet.pve._lxc import EnsureResult, ensure
+from sglfleet.pve._lxc import EnsureResult, check_node_devices, ensure
 
 __all__ = [
     "ContainerSpec",
+    "CtLocked",
     "EnsureResult",
     "PveApiError",
     "PveClient",
     "SpecError",
     "TaskFailed",
+    "check_node_devices",
     "ensure",
 ]

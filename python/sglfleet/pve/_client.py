@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -10,10 +11,25 @@ from typing import Any
 import requests
 from proxmoxer import AuthenticationError, ProxmoxAPI, ResourceException
 
-__all__ = ["Credentials", "PveApiError", "PveClient", "TaskFailed", "TaskTimeout"]
+__all__ = [
+    "Credentials",
+    "CtLocked",
+    "PveApiError",
+    "PveClient",
+    "TaskFailed",
+    "TaskTimeout",
+    "task_succeeded",
+]
 
 # PVE's answer to a PUT whose digest no longer matches the config.
 STALE_DIGEST = "detected modified configuration"
+# pve-guest-common AbstractConfig::check_lock dies with "CT is locked (backup)"; API calls and task
+# workers of pve-container call it before touching a locked config (src/PVE/API2/LXC/Config.pm:174,
+# src/PVE/API2/LXC/Status.pm:195).
+LOCKED = re.compile(r"\bCT is locked \((?P<lock>[^)]*)\)")
+# pve-common PVE/RESTEnvironment.pm fork_worker: a worker that called log_warn N times and then
+# returned ends with exit status "WARNINGS: N" (a success); its log holds the lines "WARN: ...".
+WARNINGS = re.compile(r"^WARNINGS: (?P<count>\d+)$")
 # How many lines of a failed task's log reach the error message.
 LOG_TAIL = 15
 
@@ -36,6 +52,12 @@ class PveApiError(RuntimeError):
     def stale_digest(self) -> bool:
         return STALE_DIGEST in self.message
 
+    @property
+    def lock(self) -> str | None:
+        """The lock PVE named when it refused because the CT is locked, else None."""
+        found = LOCKED.search(self.message)
+        return found.group("lock") if found else None
+
 
 class TaskFailed(RuntimeError):
     """A PVE task ended with an exit status other than OK; `log` holds its last lines."""
@@ -45,8 +67,29 @@ class TaskFailed(RuntimeError):
         self.upid = upid
         self.exitstatus = exitstatus
         self.log = log
+        found = LOCKED.search(exitstatus)
+        self.lock = found.group("lock") if found else None
         lines = "\n".join(f"  {line}" for line in log)
         super().__init__(f"{action}: task {upid} failed: {exitstatus}\nlast lines of its log:\n{lines}")
+
+
+class CtLocked(RuntimeError):
+    """The container kept a PVE lock (backup, migrate, snapshot, ...) for longer than the timeout."""
+
+    def __init__(self, vmid: int, lock: str, waited: float) -> None:
+        self.vmid = vmid
+        self.lock = lock
+        self.waited = waited
+        super().__init__(
+            f"CT {vmid} is locked ({lock}) and stayed locked for {waited:g} s: a {lock} task holds it. "
+            f"Wait for that task to end (Datacenter > Tasks on the node) and run again, raise the timeout, "
+            f"or, if no {lock} is running any more (a stale lock), run `pct unlock {vmid}` on the node"
+        )
+
+
+def task_succeeded(exitstatus: str) -> bool:
+    """PVE's rule: a stopped task succeeded when its exit status is OK or `WARNINGS: N`."""
+    return exitstatus == "OK" or WARNINGS.match(exitstatus) is not None
 
 
 class TaskTimeout(RuntimeError):
@@ -90,6 +133,9 @@ class PveClient:
         self.api = api
         self.node = node
         self.poll = poll
+        # "action: WARN: line" for every task that ended with `WARNINGS: N`, in order, for the caller
+        # to relay (a CT start on PVE warns, e.g., about a device or a mount it could not set up).
+        self.warnings: list[str] = []
 
     @classmethod
     def connect(cls, creds: Credentials, node: str) -> PveClient:
@@ -216,8 +262,31 @@ class PveClient:
             return [f"(task log unavailable: {e})"]
         return [str(line.get("t", "")) for line in lines or []][-tail:]
 
+    def _keep_warnings(self, action: str, upid: str, exitstatus: str) -> None:
+        lines = [line for line in self.task_log(upid, tail=1000) if line.startswith("WARN")]
+        lines = [line for line in lines if not line.startswith("WARNINGS")]
+        if not lines:
+            lines = [f"{exitstatus} (task {upid}; its log names none)"]
+        self.warnings.extend(f"{action}: {line}" for line in lines)
+
+    def wait_unlocked(self, vmid: int, timeout: float) -> dict[str, Any]:
+        """The config once CT vmid holds no lock; CtLocked naming the lock after `timeout` seconds."""
+        start = time.monotonic()
+        delay = 0.1
+        while True:
+            config = self.config(vmid)
+            lock = config.get("lock")
+            if not lock:
+                return config
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise CtLocked(vmid, str(lock), round(waited, 1))
+            time.sleep(min(delay, max(0.0, timeout - waited)))
+            delay = min(delay * 2, max(self.poll, 0.1) * 4)
+
     def wait(self, action: str, upid: str, timeout: float) -> None:
-        """Wait for the task: done when status is 'stopped', a success only if exitstatus is 'OK'."""
+        """Wait for the task: done when status is 'stopped', a success if exitstatus is 'OK' or
+        'WARNINGS: N' (whose warning lines go to self.warnings); otherwise TaskFailed with its log."""
         deadline = time.monotonic() + timeout
         delay = 0.1
         while True:
@@ -226,8 +295,10 @@ class PveClient:
             )
             if status.get("status") == "stopped":
                 exitstatus = str(status.get("exitstatus", ""))
-                if exitstatus != "OK":
+                if not task_succeeded(exitstatus):
                     raise TaskFailed(action, upid, exitstatus, self.task_log(upid))
+                if exitstatus != "OK":
+                    self._keep_warnings(action, upid, exitstatus)
                 return
             if time.monotonic() >= deadline:
                 raise TaskTimeout(action, upid, timeout, self.task_log(upid))

@@ -22,6 +22,7 @@ __all__ = [
     "SpecError",
     "device_value",
     "format_props",
+    "mount_value",
     "parse_mib",
     "plan_update",
     "split_props",
@@ -38,8 +39,12 @@ _FALSE = {"0", "false", "no", "off"}
 _FEATURE_BOOLS = {"nesting", "keyctl", "fuse", "mknod", "force_rw_sys"}
 _NET_BOOLS = {"firewall", "link_down", "host-managed"}
 _DEV_BOOLS = {"deny-write"}
+_MP_BOOLS = {"ro", "backup", "acl", "quota", "replicate", "shared"}
 _NET_KEY = re.compile(r"^net\d+$")
 _DEV_KEY = re.compile(r"^dev\d+$")
+_MP_KEY = re.compile(r"^mp\d+$")
+# Options of an mpN (pve-container src/PVE/LXC/Config.pm, $mp_desc / $rootfs_desc).
+_MP_OPTIONS = {"mp", "ro", "backup", "acl", "quota", "replicate", "shared", "mountoptions", "size"}
 # What PVE assumes for a key missing from the config.
 _DEFAULTS = {"onboot": "0", "memory": "512", "swap": "512", "unprivileged": "0"}
 # Keys PVE applies to a running container at once (pve-container: the fastplug options, the
@@ -58,6 +63,13 @@ _HOT_KEYS = {
     "memory",
     "swap",
 }
+# Deletions a running container takes at once (pve-container src/PVE/LXC/Config.pm
+# vmconfig_hotplug_pending: the fastplug options, swap, cpulimit, cpuunits, netN and unusedN).
+_HOT_DELETES = _HOT_KEYS | {"cpulimit", "cpuunits"}
+_HOT_DELETE_KEY = re.compile(r"^(net|unused)\d+$")
+# Keys hot-plugged into a running container only when they are new: vmconfig_hotplug_pending adds
+# an mpN or devN that the config lacks ("don't try to hotplug over existing mp/dev" otherwise).
+_HOTPLUG_NEW_KEY = re.compile(r"^(mp|dev)\d+$")
 
 
 class SpecError(ValueError):
@@ -198,6 +210,35 @@ def _device(field_name: str, item: Any) -> dict[str, str]:
     return dict(props, path=str(path))
 
 
+def _mount(field_name: str, item: Any) -> dict[str, str]:
+    """An mpN bind mount as {volume, mp, ro, ...} from 'HOSTDIR,mp=/path[,ro=1]' or a dict."""
+    if isinstance(item, Mapping):
+        props = {str(k): str(v) for k, v in item.items() if v is not None}
+        volume = props.pop("volume", None) or props.pop("source", None)
+    else:
+        volume, props = split_props(str(item))
+        volume = props.pop("volume", volume)
+    if not volume or not volume.startswith("/"):
+        raise SpecError(
+            field_name,
+            f"{item!r}: give a directory on the PVE host to bind-mount (an absolute path, e.g. "
+            "/srv/models,mp=/models,ro=1); storage volumes are not managed here",
+        )
+    unknown = set(props) - _MP_OPTIONS
+    if unknown:
+        raise SpecError(field_name, f"{item!r}: unknown mount point option(s) {sorted(unknown)}")
+    if not props.get("mp", "").startswith("/"):
+        raise SpecError(field_name, f"{item!r}: mp= must be the absolute path inside the container")
+    props = _bools(props, _MP_BOOLS, field_name)
+    return dict(props, volume=volume.rstrip("/") or "/", mp=props["mp"].rstrip("/") or "/")
+
+
+def mount_value(mount: Mapping[str, str]) -> str:
+    """The mpN property string of a parsed mount point."""
+    rest = {k: v for k, v in mount.items() if k != "volume"}
+    return format_props(rest, first=mount["volume"], lead=("mp",))
+
+
 def device_value(dev: Mapping[str, str]) -> str:
     """The devN property string of a parsed device."""
     rest = {k: v for k, v in dev.items() if k != "path"}
@@ -281,6 +322,7 @@ class ContainerSpec:
     onboot: bool | None = None
     ssh_public_keys: str | None = None
     devices: list[dict[str, str]] | None = None
+    mounts: dict[str, dict[str, str]] | None = None
 
     @classmethod
     def from_args(
@@ -300,6 +342,7 @@ class ContainerSpec:
         onboot: Any = None,
         ssh_public_keys: str | None = None,
         devices: Iterable[Any] | None = None,
+        mounts: Mapping[str, Any] | None = None,
     ) -> ContainerSpec:
         """Parse module-style arguments; a SpecError names the first bad one."""
         if not isinstance(vmid, int) or isinstance(vmid, bool) or not 100 <= vmid <= 999_999_999:
@@ -317,6 +360,7 @@ class ContainerSpec:
             paths = [d["path"] for d in devs]
             if len(set(paths)) != len(paths):
                 raise SpecError("devices", "a device path is listed twice")
+        mps = None if mounts is None else _mounts(mounts)
         if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
             raise SpecError("cores", f"{cores!r} is not a positive number of cores")
         return cls(
@@ -334,7 +378,12 @@ class ContainerSpec:
             onboot=None if onboot is None else _bool01("onboot", onboot) == "1",
             ssh_public_keys=ssh_public_keys,
             devices=devs,
+            mounts=mps,
         )
+
+    def bind_mounts(self) -> list[str]:
+        """mpN keys that bind-mount a host directory (PVE: root@pam only)."""
+        return sorted((self.mounts or {}), key=lambda k: int(k[2:]))
 
     def device_keys(self) -> dict[str, dict[str, str]]:
         """dev0..devN of the devices, in the order given."""
@@ -371,6 +420,8 @@ class ContainerSpec:
             params["ssh-public-keys"] = self.ssh_public_keys
         for key, dev in self.device_keys().items():
             params[key] = device_value(dev)
+        for key, mount in (self.mounts or {}).items():
+            params[key] = mount_value(mount)
         return params
 
     def expected_config(self) -> dict[str, str]:
@@ -384,6 +435,18 @@ class ContainerSpec:
                 dict(self.rootfs.options, size=size), first=f"{self.rootfs.storage}:(new)"
             )
         return out
+
+
+def _mounts(mounts: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for key, value in mounts.items():
+        if not _MP_KEY.match(str(key)):
+            raise SpecError("mounts", f"key {key!r} is not mpN (mp0, mp1, ...)")
+        out[str(key)] = _mount(f"mounts.{key}", value)
+    targets = [m["mp"] for m in out.values()]
+    if len(set(targets)) != len(targets):
+        raise SpecError("mounts", "two mount points mount at the same path in the container")
+    return out
 
 
 # ------------------------------------------------------------------ the difference
@@ -408,8 +471,19 @@ class Plan:
         return sorted(set(self.set) | set(self.delete) | ({"rootfs"} if self.resize else set()))
 
     def needs_restart(self) -> bool:
-        """True if a running container only takes part of this at its next start."""
-        return any(k not in _HOT_KEYS and not _NET_KEY.match(k) for k in set(self.set) | set(self.delete))
+        """True if a running container only takes part of this at its next start.
+
+        As pve-container's vmconfig_hotplug_pending decides: the fastplug options and the cgroup
+        limits apply at once, netN is hot-plugged, and an mpN or devN the config lacks is hot-plugged
+        (a new GPU node appears in the running CT); a changed or removed mpN/devN waits in pending.
+        """
+        for key in self.set:
+            if key in _HOT_KEYS or _NET_KEY.match(key):
+                continue
+            if _HOTPLUG_NEW_KEY.match(key) and key not in self.before:
+                continue
+            return True
+        return any(k not in _HOT_DELETES and not _HOT_DELETE_KEY.match(k) for k in self.delete)
 
 
 def _compare(plan: Plan, key: str, current: str | None, want: str | None, same: bool) -> None:
@@ -429,55 +503,82 @@ def _compare(plan: Plan, key: str, current: str | None, want: str | None, same: 
 
 def plan_update(spec: ContainerSpec, current: Mapping[str, Any]) -> Plan:
     """The changes that make `current` (GET .../config, pending included) match `spec`."""
-    cur = {k: str(v) for k, v in current.items() if k != "digest"}
+    cur = {k: str(v) for k, v in current.items() if k not in ("digest", "lock")}
+    _refuse_privilege_change(spec, cur)
     plan = Plan()
-
-    if spec.unprivileged is not None:
-        have = cur.get("unprivileged", _DEFAULTS["unprivileged"]) == "1"
-        if have != spec.unprivileged:
-            kind = "unprivileged" if have else "privileged"
-            raise SpecError(
-                "unprivileged",
-                f"CT {spec.vmid} is {kind} and PVE cannot change that on an existing container; "
-                f"set unprivileged: {str(have).lower()} or destroy and recreate the container",
-            )
-
     for key, want in spec.scalars().items():
         have = cur.get(key)
         _compare(plan, key, have, want, (have if have is not None else _DEFAULTS.get(key)) == want)
-
     if spec.features is not None:
         have_f = _features_current(cur.get("features"))
         want_text = format_props(spec.features) if spec.features else None
         _compare(plan, "features", cur.get("features"), want_text, have_f == spec.features)
-
     if spec.netif is not None:
-        for key in sorted(set(spec.netif) | {k for k in cur if _NET_KEY.match(k)}):
-            want_props = spec.netif.get(key)
-            have_text = cur.get(key)
-            if want_props is None:
-                _compare(plan, key, have_text, None, have_text is None)
-                continue
-            have_props = _net(key, have_text) if have_text else None
-            keep_mac = "hwaddr" in want_props
-            want_view = _net_view(want_props, keep_mac)
-            same = have_props is not None and _net_view(have_props, keep_mac) == want_view
-            put = dict(want_props)
-            if have_props and not keep_mac and "hwaddr" in have_props:
-                put["hwaddr"] = have_props["hwaddr"]  # keep the MAC: PVE would make up a new one
-            _compare(plan, key, have_text, format_props(put, lead=("name",)), same)
-
+        _plan_nets(plan, spec.netif, cur)
     if spec.devices is not None:
-        want_devs = spec.device_keys()
-        for key in sorted(set(want_devs) | {k for k in cur if _DEV_KEY.match(k)}, key=lambda k: int(k[3:])):
-            have_text = cur.get(key)
-            want_dev = want_devs.get(key)
-            have_dev = _device(key, have_text) if have_text else None
-            _compare(plan, key, have_text, device_value(want_dev) if want_dev else None, have_dev == want_dev)
-
+        _plan_keyed(plan, "dev", spec.device_keys(), cur)
+    if spec.mounts is not None:
+        _plan_keyed(plan, "mp", spec.mounts, cur)
     if spec.rootfs is not None and "rootfs" in cur:
         _plan_rootfs(plan, spec, cur["rootfs"])
     return plan
+
+
+def _refuse_privilege_change(spec: ContainerSpec, cur: Mapping[str, str]) -> None:
+    if spec.unprivileged is None:
+        return
+    have = cur.get("unprivileged", _DEFAULTS["unprivileged"]) == "1"
+    if have != spec.unprivileged:
+        kind = "unprivileged" if have else "privileged"
+        raise SpecError(
+            "unprivileged",
+            f"CT {spec.vmid} is {kind} and PVE cannot change that on an existing container; "
+            f"set unprivileged: {str(have).lower()} or destroy and recreate the container",
+        )
+
+
+def _plan_nets(plan: Plan, want: Mapping[str, dict[str, str]], cur: Mapping[str, str]) -> None:
+    for key in sorted(set(want) | {k for k in cur if _NET_KEY.match(k)}):
+        want_props = want.get(key)
+        have_text = cur.get(key)
+        if want_props is None:
+            _compare(plan, key, have_text, None, have_text is None)
+            continue
+        have_props = _net(key, have_text) if have_text else None
+        keep_mac = "hwaddr" in want_props
+        want_view = _net_view(want_props, keep_mac)
+        same = have_props is not None and _net_view(have_props, keep_mac) == want_view
+        put = dict(want_props)
+        if have_props and not keep_mac and "hwaddr" in have_props:
+            put["hwaddr"] = have_props["hwaddr"]  # keep the MAC: PVE would make up a new one
+        _compare(plan, key, have_text, format_props(put, lead=("name",)), same)
+
+
+def _mount_current(key: str, text: str) -> dict[str, str] | None:
+    """An mpN as PVE holds it; a storage volume (not a bind mount) parses to its raw options."""
+    try:
+        return _mount(key, text)
+    except SpecError:
+        volume, props = split_props(text)
+        return dict(props, volume=str(volume))
+
+
+# How devN and mpN are told apart, parsed and written: (key pattern, length of the prefix, parse, render).
+_KEYED = {
+    "dev": (_DEV_KEY, 3, _device, device_value),
+    "mp": (_MP_KEY, 2, _mount_current, mount_value),
+}
+
+
+def _plan_keyed(plan: Plan, kind: str, want: Mapping[str, dict[str, str]], cur: Mapping[str, str]) -> None:
+    """devN or mpN: every key of that kind is managed; a key not declared is deleted."""
+    pattern, prefix, parse, render = _KEYED[kind]
+    keys = set(want) | {k for k in cur if pattern.match(k)}
+    for key in sorted(keys, key=lambda k: int(k[prefix:])):
+        have_text = cur.get(key)
+        want_item = want.get(key)
+        have_item = parse(key, have_text) if have_text else None
+        _compare(plan, key, have_text, render(want_item) if want_item else None, have_item == want_item)
 
 
 def _plan_rootfs(plan: Plan, spec: ContainerSpec, have_text: str) -> None:

@@ -1,11 +1,13 @@
-"""python -m sglfleet_testing.lab up|down|status (and serve, what the daemon runs)."""
+"""python -m sglfleet_testing.lab up|down|status|driver (and serve, what the daemon runs)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .container import LxcError
+from .container import LxcError, LxcHost
+from .driver import DriverError, build_installer, declare_module, declared_module
+from .node import declare_node_driver, reboot_node
 from .service import LabError, down, serve, status, up
 from .settings import LabSettings
 from .template import TemplateError
@@ -22,6 +24,17 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the cached template (the next `up` skips the debootstrap)",
     )
     sub.add_parser("status", help="say what of the lab runs; exit 0 when it is up, 3 when it is not")
+    driver = sub.add_parser(
+        "driver",
+        help="the stand-in NVIDIA driver: declare the host module version CTs see, build installers",
+    )
+    driver.add_argument("--module", help="declare this nvidia module version in the CTs' /proc/driver/nvidia")
+    driver.add_argument("--no-module", action="store_true", help="declare that no nvidia module is loaded")
+    driver.add_argument("--build", metavar="VERSION", help="build NVIDIA-Linux-x86_64-VERSION.run (stand-in)")
+    node = sub.add_parser("node", help="the stand-in PVE node (lab container 0): its driver, a reboot")
+    node.add_argument("--driver", help="declare this NVIDIA driver version installed on the node")
+    node.add_argument("--no-driver", action="store_true", help="declare that the node has no NVIDIA driver")
+    node.add_argument("--reboot", action="store_true", help="power off, boot with no module loaded")
     sub.add_parser("serve", help="run the PVE bridge in the foreground (what `up` starts as a daemon)")
     args = parser.parse_args(argv)
     settings = LabSettings()
@@ -34,12 +47,32 @@ def main(argv: list[str] | None = None) -> int:
             state = status(settings)
             print("\n".join(state.lines()))
             return 0 if state.up else 3
+        elif args.command == "node":
+            _node(settings, args)
+        elif args.command == "driver":
+            _driver(settings, args)
         else:
             serve(settings)
-    except (LabError, LxcError, TemplateError) as e:
+    except (LabError, LxcError, TemplateError, DriverError) as e:
         print(f"lab {args.command}: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _node(settings: LabSettings, args: argparse.Namespace) -> None:
+    if args.driver or args.no_driver:
+        declare_node_driver(settings, None if args.no_driver else args.driver)
+    if args.reboot:
+        reboot_node(settings, LxcHost(settings))
+
+
+def _driver(settings: LabSettings, args: argparse.Namespace) -> None:
+    if args.no_module or args.module:
+        declare_module(settings, None if args.no_module else args.module)
+    if args.build:
+        installer = build_installer(settings, args.build)
+        print(f"{installer.path} sha256:{installer.sha256}")
+    print(f"declared nvidia module: {declared_module(settings) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,10 @@ class State:
     pid: int | None = None
 
 
+# Lab container 0 is the stand-in PVE node (node.py), not a PVE guest; its sshd is on 127.0.0.1:2022.
+NODE_VMID = 0
+
+
 @dataclass
 class LxcHost:
     """The lab's containers on this machine."""
@@ -161,6 +165,17 @@ class LxcHost:
         ]
         lines += [f"{key} = {value}" for key, value in self.limits(shape)]
         lines += [f"lxc.mount.entry = {entry}" for entry in self.access.mount_entries()]
+        # The host's /proc/driver as a CT on a GPU node sees it (the declared nvidia module version,
+        # driver.py): mounted after proc (lxc.mount.auto comes first), read-only as the real one is.
+        if vmid == NODE_VMID:
+            # The stand-in PVE node (node.py): its /proc/driver is a directory of the lab, read-write
+            # for its stand-in modprobe.
+            node = self.settings.state_dir / "node"
+            lines.append(f"lxc.mount.entry = {node / 'proc-driver'} proc/driver none bind 0 0")
+            return "\n".join(lines) + "\n"
+        proc_driver = self.settings.state_dir / "proc-driver"
+        if proc_driver.is_dir():
+            lines.append(f"lxc.mount.entry = {proc_driver} proc/driver none ro,bind 0 0")
         return "\n".join(lines) + "\n"
 
     def limits(self, shape: Shape, live: bool = False) -> list[tuple[str, str]]:

@@ -25,7 +25,17 @@ from pathlib import Path
 
 import httpx
 
-from .container import LxcHost
+from .container import NODE_VMID, LxcHost
+from .driver import (
+    DEFAULT_MODULE_VERSION,
+    build_installer,
+    declare_module,
+    declared_module,
+    installer_path,
+    proc_driver_dir,
+)
+from .hfhub import REPO_ID, FakeHub, start_hub
+from .node import ensure_node
 from .settings import LabSettings
 from .template import ensure_template
 
@@ -43,6 +53,7 @@ TOOLS = {
     "tar": "tar",
     "ssh-keygen": "openssh-client",
     "chroot": "coreutils",
+    "gcc": "gcc",
 }
 START_TIMEOUT = 30.0
 # A certificate this close to its end is made anew when the daemon starts.
@@ -106,10 +117,35 @@ def _up(settings: LabSettings, say: Say) -> bool:
         pid = start_daemon(settings)
         say(f"fakepve pid {pid} serves the PVE API on {settings.url} (node {settings.node})")
         did = True
+    # After the API: a failure here leaves the PVE API and the CTs serving, and says what failed.
+    if ensure_driver(settings, say):
+        did = True
+    if ensure_node(settings, LxcHost(settings), settings.ssh_key.with_suffix(".pub").read_text()):
+        say(
+            f"stand-in PVE node {settings.node} (lab container {NODE_VMID}) runs, sshd on 127.0.0.1:"
+            f"{settings.ssh_port(NODE_VMID)}"
+        )
+        did = True
     if did:
         say(f"lab up in {time.monotonic() - start:.1f} s")
     else:
         say(f"lab already up: fakepve pid {pid} on {settings.url} ({daemon_python(pid)})")
+    return did
+
+
+def ensure_driver(settings: LabSettings, say: Say) -> bool:
+    """The stand-in driver: the module version the CTs see (declared once, kept across `up`s) and the
+    installer of that version's userspace. True if anything was made."""
+    did = False
+    if declared_module(settings) is None and not (proc_driver_dir(settings) / "nvidia").is_dir():
+        declare_module(settings, DEFAULT_MODULE_VERSION)
+        say(f"declared the host's nvidia module {DEFAULT_MODULE_VERSION} in {proc_driver_dir(settings)}")
+        did = True
+    version = declared_module(settings) or DEFAULT_MODULE_VERSION
+    if not installer_path(settings, version).is_file():
+        installer = build_installer(settings, version)
+        say(f"built the stand-in driver installer {installer.path}")
+        did = True
     return did
 
 
@@ -397,6 +433,9 @@ async def _serve(settings: LabSettings) -> None:
     pve = LabPve(settings)
     adopted = pve.adopt()
     await pve.start(str(settings.ca_cert), str(settings.tls_key))
+    # The fake Hugging Face Hub (hfhub.py) for the model-download path, on loopback, in the same daemon.
+    hub = await start_hub(FakeHub(), settings.host, settings.hub_port)
+    log.info("fake Hugging Face Hub on http://%s:%s (repo %s)", settings.host, settings.hub_port, REPO_ID)
     log.info(
         "serving %s (node %s), template %s, adopted %s",
         pve.url,
@@ -409,5 +448,6 @@ async def _serve(settings: LabSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    await hub.cleanup()
     await pve.stop()
     log.info("stopped")

@@ -40,6 +40,8 @@ class LabSettings:
     admin_lock: Path = Path("/run/lock/sglfleet-lab-admin.lock")
     # CT 200's sshd listens on 127.0.0.1:2222; CT N's on 2022 + N (they all share the host's network).
     ssh_port_base: int = 2022
+    # The fake Hugging Face Hub (hfhub.py), plain HTTP on host:hub_port, served by the same daemon.
+    hub_port: int = 8017
 
     # ------------------------------------------------------------ state dir
 
