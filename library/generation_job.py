@@ -120,6 +120,10 @@ attributes:
   diff_mode:
     support: none
     description: Starts or stops a job, which changes no configuration a diff could show.
+notes:
+  - To watch a job from another play or a shell without starting anything, run
+    C(sglfleet job status OUTPUT --json) on the fleet host (exit 0 complete, 3 complete with failures,
+    10 running, 11 stopped).
 """
 
 EXAMPLES = r"""
@@ -148,12 +152,6 @@ EXAMPLES = r"""
     poll_interval: 60
   async: 86400
   poll: 60
-
-- name: Or check on it from a later play (progress from its manifest, nothing started)
-  ansible.builtin.command: sglfleet job status /var/lib/sglfleet/regen.jsonl --json
-  register: regen_status
-  changed_when: false
-  failed_when: regen_status.rc not in [0, 3, 10, 11]
 
 - name: Stop it gracefully (a later run resumes)
   generation_job:

@@ -25,7 +25,8 @@ description:
     roll on C(/health_generate)).
   - Needs the C(sglfleet) Python package on the target.
 version_added: "0.2.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   state:
     description: C(planned) only reads; C(present) also writes the environment files.
@@ -253,15 +254,11 @@ written:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
 
-try:
+with SGLFLEET:
     from sglfleet.fleet import _gpus as sgl_gpus
     from sglfleet.fleet import _instances as sgl_instances
-except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
-    sgl_instances = None
-    _IMPORT_ERROR = str(_exc)
-else:
-    _IMPORT_ERROR = ""
 
 _MASK = "********"
 # The module's words for "the sglang phase's decision" and "no flag" -> FleetSpec's "" and None.
@@ -332,8 +329,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    if sgl_instances is None:
-        module.fail_json(msg=f"sglang_instances needs the sglfleet package on the target: {_IMPORT_ERROR}")
+    SGLFLEET.require(module)
     params = module.params
     spec = _spec(module, params)
     facts = None

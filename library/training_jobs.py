@@ -18,7 +18,8 @@ description:
   - Changes nothing; C(changed) is always false.
   - Needs the C(sglfleet) Python package on the target.
 version_added: "0.2.0"
-author: sglfleet
+author:
+  - sglfleet maintainers (@sglfleet)
 options:
   units:
     description: Systemd unit names (C(.service) may be left off); missing units are reported not-found.
@@ -41,6 +42,7 @@ attributes:
     description: Runs the same read-only look in check mode.
   diff_mode:
     support: none
+    description: Only reads; it changes nothing a diff could show.
 """
 
 EXAMPLES = r"""
@@ -84,14 +86,10 @@ alive:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglfleet_deps import SGLFLEET
 
-try:
+with SGLFLEET:
     from sglfleet.fleet import _training as sgl_training
-except ImportError as _exc:  # pragma: no cover - exercised only on a target without the package
-    sgl_training = None
-    _IMPORT_ERROR = str(_exc)
-else:
-    _IMPORT_ERROR = ""
 
 
 def main():
@@ -103,8 +101,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    if sgl_training is None:
-        module.fail_json(msg=f"training_jobs needs the sglfleet package on the target: {_IMPORT_ERROR}")
+    SGLFLEET.require(module)
     try:
         job = sgl_training.discover(module.params["units"], module.params["patterns"])
     except sgl_training.PatternError as exc:

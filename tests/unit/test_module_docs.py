@@ -31,6 +31,8 @@ VALID_ARGS = {
         "state": "absent",
     },
     "sglang_health": {"count": 1},
+    "sglang_instances": {"instances": 1, "check_gpus": False},
+    "training_jobs": {},
 }
 
 
