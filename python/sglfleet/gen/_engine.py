@@ -57,6 +57,9 @@ class GenerateConfig:
     down_after: int = 3
     down_timeout: float = 600.0
     probe_interval: float = 1.0
+    # Seconds between /health probes of the endpoints that are up: a draining SGLang (SIGTERM, a
+    # rolling restart) answers 503 there while it still accepts requests; it gets no new ones.
+    watch_interval: float | None = 5.0
 
 
 @dataclass
@@ -391,6 +394,7 @@ async def _run_open(
         down_after=config.down_after,
         probe_interval=config.probe_interval,
         down_timeout=config.down_timeout,
+        watch_interval=config.watch_interval,
     )
     job.pool = pool
     writer.save(stats, "running", pool.endpoints)
