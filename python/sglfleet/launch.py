@@ -125,6 +125,7 @@ def _supervise(child: int, on_signal: Callable[[int], None] | None = None) -> in
 
     for signum in _FORWARDED:
         signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
     while True:
         try:
             _pid, status = os.waitpid(child, 0)
@@ -151,8 +152,11 @@ def main(argv: Sequence[str] | None = None, environ: MutableMapping[str, str] | 
         return 2
     sys.stdout.flush()
     sys.stderr.flush()
+    # A stop signal that comes between the fork and the parent's handlers waits (blocked) for them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     child = os.fork()
     if child == 0:  # pragma: no cover (the child's coverage is measured by the process tests)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         try:
             code = _serve(args[0], args[1:], environ)
         except BaseException:
