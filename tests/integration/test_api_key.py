@@ -7,7 +7,6 @@ instance is not a failure in systemd's eyes (the drain of SGLang 0.5.12 ends in 
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,9 +72,9 @@ def served(
         )
     )
     # Where the journal stands now: the tests read what this fleet wrote, from here on.
-    cursor = prepared_ct.out("journalctl --lines=0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
+    since = prepared_ct.out("date +%s")
     run = ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
-    yield Served(run, f"journalctl --no-pager --output=cat --after-cursor={shlex.quote(cursor)}")
+    yield Served(run, f"journalctl --no-pager --output=cat --since=@{since}")
     prepared_ct.run(RESET)
 
 
