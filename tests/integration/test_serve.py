@@ -183,28 +183,30 @@ class HealthWatch:
     def __init__(self) -> None:
         self.samples: dict[int, list[tuple[float, bool]]] = {i: [] for i in range(INSTANCES)}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
+        # One poller per instance: a /health_generate takes about 1 s (SGLang 0.5.12 and the stand-in).
+        self._threads = [
+            threading.Thread(target=self._poll, args=(i,), daemon=True) for i in range(INSTANCES)
+        ]
 
-    def _poll(self) -> None:
-        with httpx.Client(timeout=1.0) as client:
+    def _poll(self, i: int) -> None:
+        with httpx.Client(timeout=5.0) as client:
             while not self._stop.is_set():
-                for i in range(INSTANCES):
-                    try:
-                        ok = (
-                            client.get(f"http://127.0.0.1:{PORT_BASE + i}/health_generate").status_code == 200
-                        )
-                    except httpx.HTTPError:
-                        ok = False
-                    self.samples[i].append((time.monotonic(), ok))
+                try:
+                    ok = client.get(f"http://127.0.0.1:{PORT_BASE + i}/health_generate").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.samples[i].append((time.monotonic(), ok))
                 time.sleep(0.02)
 
     def __enter__(self) -> HealthWatch:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
     def healthy_after(self, i: int, t: float) -> float:
         """When instance i was first seen healthy after time t."""

@@ -1,4 +1,5 @@
-"""Flags, warm-up, SIGTERM draining, and the injected faults, against real server processes."""
+"""Flags, warm-up and the injected faults, against real server processes (stop and start:
+test_standin_stop_start.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
@@ -109,38 +109,6 @@ def test_health_is_503_during_warmup_then_200():
         server.close()
 
 
-def test_sigterm_drains_in_flight_requests_then_exits_0():
-    with standin_process(standin_ttft=2.5) as server:
-        result: dict = {}
-
-        def slow_request() -> None:
-            body = {"model": "m", "prompt": "drain me", "max_tokens": 5, "ignore_eos": True}
-            result["response"] = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=10)
-
-        thread = threading.Thread(target=slow_request)
-        thread.start()
-        deadline = time.monotonic() + 5
-        while httpx.get(f"{server.base_url}/v1/loads").json()["loads"][0]["num_running_reqs"] == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        server.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 1.5
-        while True:  # new connections are refused soon after the signal...
-            try:
-                httpx.get(f"{server.base_url}/health", timeout=1)
-            except httpx.ConnectError:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert server.process.poll() is None  # ...while the request in flight is still served
-        thread.join(10)
-        response = result["response"]
-        assert response.status_code == 200
-        assert response.json()["usage"]["completion_tokens"] == 5
-        assert server.process.wait(10) == 0
-        assert "stopped" in server.output()
-
-
 class TestFaults:
     def test_error_rate_1_answers_500_in_sglang_shapes(self):
         with running_standin(standin_error_rate=1.0) as url:
@@ -172,7 +140,7 @@ class TestFaults:
             assert httpx.get(f"{server.base_url}/health").status_code == 200
             # A hung request does not hold up shutdown.
             started = time.monotonic()
-            assert server.terminate() == 0
+            assert server.terminate() == -signal.SIGKILL  # SGLang's drain ends in SIGKILL of itself
             assert time.monotonic() - started < 3
 
     def test_crash_after_n_requests_exits_abruptly(self):

@@ -121,7 +121,7 @@ def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
 
     The port comes from SGLANG_FLEET_PORT or `--port` in SGLANG_ARGS, the GPU from
     CUDA_VISIBLE_DEVICES, the host from `--host` (a wildcard address reads as 127.0.0.1), the API key
-    from `--api-key`.  No directory or no files: no instances.
+    from SGLANG_FLEET_API_KEY (or `--api-key` in SGLANG_ARGS).  No directory or no files: no instances.
     """
     path = Path(env_dir)
     files = sorted(path.glob("instance-*.env"), key=lambda f: (len(f.name), f.name)) if path.is_dir() else []
@@ -145,7 +145,8 @@ def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
         endpoints.append(
             health_mod.Endpoint(url=f"http://{netloc}:{port_text}", port=int(port_text), gpu=gpu)
         )
-        if key := _flag(args, "--api-key"):
+        # SGLANG_FLEET_API_KEY since the units start through sglfleet.launch; `--api-key` in older files.
+        if key := values.get("SGLANG_FLEET_API_KEY") or _flag(args, "--api-key"):
             keys.add(key)
     return FleetLayout(endpoints=tuple(endpoints), api_key=keys.pop() if len(keys) == 1 else None)
 

@@ -13,6 +13,13 @@ latency, at least ``stall_min`` seconds, while another endpoint completes reques
 process keeps its sockets open and never answers) is found by :meth:`find_stalled` and taken out
 the same way by :meth:`mark_stalled`; the engine then sends its requests to another endpoint too.
 An endpoint that answers 401/403 is taken out for good (a key does not fix itself).
+
+With ``watch_interval``, the endpoints that are up are asked too, every ``watch_interval`` seconds:
+one that does not answer 200 is taken out the same way. That is how a draining SGLang is seen: on
+SIGTERM, SGLang 0.5.12 keeps accepting and answering requests and only its ``/health*`` answer 503
+(sglang/srt/entrypoints/http_server.py:515-517); it exits once no request is left
+(managers/tokenizer_manager.py:2375-2417), so a client that kept sending would hold a rolling
+restart until systemd's stop timeout kills the instance.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class Endpoint:
     latency_count: int = 0
     stalled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _prober: asyncio.Task[None] | None = field(default=None, repr=False)
+    _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -75,6 +83,7 @@ class EndpointPool:
         down_timeout: float = 600.0,
         stall_factor: float = 8.0,
         stall_min: float = 2.0,
+        watch_interval: float | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one endpoint is needed")
@@ -90,6 +99,7 @@ class EndpointPool:
         self.stall_min = stall_min
         for ep in self.endpoints:
             ep.latency_buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.watch_interval = watch_interval
         self._probe = probe
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
@@ -119,6 +129,7 @@ class EndpointPool:
     async def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
         """Wait for a free slot on a healthy endpoint and take it."""
         loop = asyncio.get_running_loop()
+        self._start_watchers()
         all_down_since: float | None = None
         while True:
             ep = self._pick(avoid)
@@ -251,9 +262,31 @@ class EndpointPool:
                 return
             delay = min(delay * 2, self.probe_interval_max)
 
+    def _start_watchers(self) -> None:
+        if self.watch_interval is None or self._closed:
+            return
+        for ep in self.endpoints:
+            if ep._watcher is None:
+                ep._watcher = asyncio.get_running_loop().create_task(self._watch(ep))
+
+    async def _watch(self, ep: Endpoint) -> None:
+        """While `ep` is up, ask its /health every watch_interval s; take it out unless it says 200."""
+        assert self.watch_interval is not None
+        while not self._closed:
+            await asyncio.sleep(self.watch_interval)
+            if not ep.up:
+                continue  # the prober has it
+            try:
+                healthy = await self._probe(ep)
+            except Exception:
+                healthy = False
+            if not healthy and ep.up and not self._closed:
+                self._take_out(ep)
+
     async def aclose(self) -> None:
         self._closed = True
         probers = [e._prober for e in self.endpoints if e._prober and not e._prober.done()]
+        probers += [e._watcher for e in self.endpoints if e._watcher and not e._watcher.done()]
         for task in probers:
             task.cancel()
         for task in probers:

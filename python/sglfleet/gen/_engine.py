@@ -79,6 +79,9 @@ class GenerateConfig:
     stall_min: float = 2.0  # ...and at least this many seconds
     metrics_port: int | None = None  # serve Prometheus text on 127.0.0.1:PORT/metrics (0: any port)
     metrics_host: str = "127.0.0.1"
+    # Seconds between /health probes of the endpoints that are up: a draining SGLang (SIGTERM, a
+    # rolling restart) answers 503 there while it still accepts requests; it gets no new ones.
+    watch_interval: float | None = 5.0
 
 
 @dataclass
@@ -738,6 +741,7 @@ def _make_pool(config: GenerateConfig, probe: Callable[[Endpoint], Any]) -> Endp
         down_timeout=config.down_timeout,
         stall_factor=config.stall_factor,
         stall_min=config.stall_min,
+        watch_interval=config.watch_interval,
     )
 
 

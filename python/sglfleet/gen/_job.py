@@ -191,7 +191,7 @@ def write_env(spec: JobSpec) -> None:
     unit properties and argv."""
     spec.env_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(spec.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
+    os.fchmod(fd, 0o600)  # the mode above applies only to a new file: 0600 whatever existed before
     with os.fdopen(fd, "w") as fh:
         if spec.api_key:
             fh.write(f"{API_KEY_ENV}={shlex.quote(spec.api_key)}\n")

@@ -1,31 +1,107 @@
 """Build flashinfer's JIT attention kernels once, before the fleet starts (GPU hosts only).
 
-Runs the prefill and decode kernels SGLang's flashinfer backend uses, for each head dim given on the
-command line, on GPU 0, so that eight instances starting together find them in FLASHINFER_WORKSPACE_BASE
-instead of compiling the same kernels eight times. Prints "built N" (new files in the cache) or "cached".
+Runs, for each head dim given on the command line, on GPU 0, the same flashinfer wrappers SGLang
+0.5.12's flashinfer backend runs (sglang/srt/layers/attention/flashinfer_backend.py):
+
+- ``BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend="auto")`` (:255-257), the
+  extend of new tokens, with and without the log-sum-exp (``forward``/``forward_return_lse``, :858-874);
+- ``BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")`` (:266-278, backend from
+  :126), the extend over the cached prefix (:813, :876), planned with page size 1 and
+  ``q_data_type``/``kv_data_type`` (:1483-1494);
+- ``BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2", use_tensor_cores=...)``
+  (:281-286), planned like :1186-1200; ``use_tensor_cores`` depends on the model's GQA group size
+  (``should_use_tensor_core``, :1661-1707), so both variants are built.
+
+bfloat16 queries and KV cache (the model dtype of the reference models), int32 indices. Eight
+instances starting together then find the kernels in FLASHINFER_WORKSPACE_BASE instead of compiling
+the same ones eight times. Prints "built N" (new files in the cache), "cached", or "skipped: WHY"
+(no torch/flashinfer, or no GPU) and exits 0 in all three cases.
 """
+
+from __future__ import annotations
 
 import os
 import pathlib
 import sys
+from typing import Any
 
-import flashinfer
-import torch
+# SGLang's workspace (SGLANG_FLASHINFER_WORKSPACE_SIZE, sglang/srt/environ.py:370): 384 MiB.
+WORKSPACE_BYTES = 384 * 1024 * 1024
+NUM_QO_HEADS = 32
+NUM_KV_HEADS = 8  # a GQA group of 4: the decode wrapper's tensor-core variant is the one SGLang picks
+PAGES = 64
+BATCH = 4
 
 
 def cache_files(base: pathlib.Path) -> set[pathlib.Path]:
     return {p for p in base.rglob("*") if p.is_file()} if base.exists() else set()
 
 
+def _gpu_modules() -> tuple[Any, Any] | str:
+    """(torch, flashinfer), or why the warm-up cannot run here."""
+    try:
+        import torch
+    except ImportError as error:
+        return f"no torch ({error})"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible"
+    try:
+        import flashinfer
+    except ImportError as error:
+        return f"no flashinfer ({error})"
+    return torch, flashinfer
+
+
+def warm(torch: Any, flashinfer: Any, head_dim: int) -> None:
+    """Plan and run each wrapper once for `head_dim` (flashinfer compiles what it lacks)."""
+    dev = torch.device("cuda:0")
+    bf16, i32 = torch.bfloat16, torch.int32
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+    per_req = PAGES // BATCH
+    # page size 1, as SGLang's token-granular KV pool: one page per token
+    qo_indptr = torch.arange(0, BATCH + 1, dtype=i32, device=dev) * per_req
+    kv_indptr = torch.arange(0, BATCH + 1, dtype=i32, device=dev) * per_req
+    kv_indices = torch.arange(0, PAGES, dtype=i32, device=dev)
+    last_page_len = torch.ones(BATCH, dtype=i32, device=dev)
+    k_cache = torch.randn(PAGES, 1, NUM_KV_HEADS, head_dim, dtype=bf16, device=dev)
+    v_cache = torch.randn_like(k_cache)
+
+    ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend="auto")
+    ragged.plan(qo_indptr, qo_indptr, NUM_QO_HEADS, NUM_KV_HEADS, head_dim, causal=True, q_data_type=bf16)
+    q = torch.randn(PAGES, NUM_QO_HEADS, head_dim, dtype=bf16, device=dev)
+    k = torch.randn(PAGES, NUM_KV_HEADS, head_dim, dtype=bf16, device=dev)
+    ragged.run(q, k, torch.randn_like(k))
+    ragged.run(q, k, torch.randn_like(k), return_lse=True)
+
+    paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")
+    paged.plan(
+        qo_indptr, kv_indptr, kv_indices, last_page_len, NUM_QO_HEADS, NUM_KV_HEADS, head_dim, 1,
+        causal=False, q_data_type=bf16, kv_data_type=bf16,
+    )  # fmt: skip
+    paged.run(q, (k_cache, v_cache))
+    paged.run(q, (k_cache, v_cache), return_lse=True)
+
+    for tensor_cores in (False, True):
+        decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", backend="fa2", use_tensor_cores=tensor_cores
+        )
+        decode.plan(
+            kv_indptr, kv_indices, last_page_len, NUM_QO_HEADS, NUM_KV_HEADS, head_dim, 1,
+            data_type=bf16, q_data_type=bf16,
+        )  # fmt: skip
+        decode.run(torch.randn(BATCH, NUM_QO_HEADS, head_dim, dtype=bf16, device=dev), (k_cache, v_cache))
+
+
 def main(head_dims: list[int]) -> int:
+    modules = _gpu_modules()
+    if isinstance(modules, str):
+        print(f"skipped: {modules}")
+        return 0
+    torch, flashinfer = modules
     base = pathlib.Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home()))
     before = cache_files(base)
-    dev = torch.device("cuda:0")
     for head_dim in head_dims:
-        q = torch.randn(16, 8, head_dim, dtype=torch.bfloat16, device=dev)
-        kv = torch.randn(16, 8, head_dim, dtype=torch.bfloat16, device=dev)
-        flashinfer.single_prefill_with_kv_cache(q, kv, kv, causal=True)
-        flashinfer.single_decode_with_kv_cache(q[0], kv, kv)
+        warm(torch, flashinfer, head_dim)
     torch.cuda.synchronize()
     new = cache_files(base) - before
     print(f"built {len(new)}" if new else "cached")
@@ -33,4 +109,9 @@ def main(head_dims: list[int]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main([int(arg) for arg in sys.argv[1:]]))
+    try:
+        dims = [int(arg) for arg in sys.argv[1:]]
+    except ValueError:
+        print(f"usage: warm_jit.py HEAD_DIM... (integers), got {sys.argv[1:]}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(dims))

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -62,7 +63,10 @@ class StandinApp:
             seed=config.seed,
         )
         self.ready_at = 0.0
-        self.shutting_down = False
+        # SGLang's TokenizerManager.gracefully_exit (managers/tokenizer_manager.py:372): set by SIGTERM.
+        self.gracefully_exit = False
+        # SGLang's rid_to_state: the requests the drain waits for (tokenizer_manager.py:2381).
+        self.in_flight: dict[str, None] = {}
         self._hung: set[asyncio.Task[Any]] = set()
         self._auth = f"Bearer {config.api_key}" if config.api_key else None
 
@@ -96,13 +100,53 @@ class StandinApp:
         return app
 
     async def _on_startup(self, _app: web.Application) -> None:
+        # SGLang listens once the model is loaded, then sends itself a warm-up request; /health*
+        # answer 503 until it is done (ServerStatus.Starting, http_server.py:519-520, 2017-2033).
         self.ready_at = time.monotonic() + self.config.warmup_seconds
+        asyncio.get_running_loop().call_later(
+            self.config.warmup_seconds, log.info, "The server is fired up and ready to roll!"
+        )
 
     async def _on_shutdown(self, _app: web.Application) -> None:
-        # Listening sockets are closed already; in-flight requests are left to finish.
-        self.shutting_down = True
+        # SIGINT (uvicorn's own graceful shutdown): listening sockets are closed already;
+        # in-flight requests are left to finish.
         for task in list(self._hung):
             task.cancel()
+
+    # -- SIGTERM: SGLang 0.5.12's drain ----------------------------------------------------------
+
+    def sigterm_handler(self) -> None:
+        """SignalHandler.sigterm_handler (tokenizer_manager.py:2802-2806): only sets the flag; the
+        server keeps listening and serving, /health* answer 503 from now on."""
+        log.warning(
+            "SIGTERM received. signum=%s frame=None. Draining requests and shutting down...",
+            signal.Signals.SIGTERM,
+        )
+        self.gracefully_exit = True
+
+    async def sigterm_watchdog(self) -> None:
+        """TokenizerManager.sigterm_watchdog (tokenizer_manager.py:2375-2417): poll the flag every
+        5 s; then, every 5 s, exit once no request is left (new ones are still accepted and
+        waited for); exit = SIGKILL of the process tree, itself included (utils/common.py:1184-1186)."""
+        poll = self.config.drain_poll_seconds
+        while not self.gracefully_exit:  # noqa: ASYNC110 (SGLang polls; the delay is part of its stop)
+            await asyncio.sleep(poll)
+        while True:
+            remaining_rids = list(self.in_flight)
+            if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
+                log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+                break
+            log.info(
+                "Gracefully exiting... Remaining number of requests %d. "
+                "Remaining requests remaining_rids=%r.",
+                len(remaining_rids),
+                remaining_rids,
+            )
+            if not remaining_rids:
+                break
+            await asyncio.sleep(poll)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     @web.middleware
     async def _require_api_key(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
@@ -130,7 +174,12 @@ class StandinApp:
                 await self._hang()
                 raise AssertionError("unreachable")  # pragma: no cover
             else:
-                response = await handler(request)
+                rid = uuid.uuid4().hex
+                self.in_flight[rid] = None
+                try:
+                    response = await handler(request)
+                finally:
+                    del self.in_flight[rid]
             if self.faults.answered_one():
                 if not response.prepared:
                     await response.prepare(request)
@@ -167,8 +216,16 @@ class StandinApp:
     # -- native endpoints ----------------------------------------------------------------------
 
     async def health(self, _request: web.Request) -> web.Response:
-        if self.shutting_down or time.monotonic() < self.ready_at:
+        """SGLang 0.5.12's health_generate (http_server.py:506-577), also behind /health: 503 while
+        draining or starting; otherwise a 1-token generation, 200 once the engine answered. SGLang
+        sleeps 1 s before its first look (`await asyncio.sleep(1)`, :558): --standin-health-seconds."""
+        if self.gracefully_exit:
+            log.info("Health check request received during shutdown. Returning 503.")
             return web.Response(status=503)
+        if time.monotonic() < self.ready_at:
+            return web.Response(status=503)
+        if self.config.health_seconds:
+            await asyncio.sleep(self.config.health_seconds)
         return web.Response(status=200)
 
     async def model_info(self, _request: web.Request) -> web.Response:
@@ -212,7 +269,7 @@ class StandinApp:
         return _json(
             {
                 **self.config.server_args(),
-                "status": "starting" if starting else ("shutting_down" if self.shutting_down else "ready"),
+                "status": "starting" if starting else ("shutting_down" if self.gracefully_exit else "ready"),
                 "max_total_num_tokens": self.config.max_total_num_tokens,
                 "max_req_input_len": self.config.context_length - 1,
                 "internal_states": [
@@ -570,5 +627,5 @@ class _BadRequest(Exception):
 
 
 def build_app(config: StandinConfig) -> web.Application:
-    """The aiohttp application for `config` (used by `server.serve` and in-process tests)."""
+    """The aiohttp application for `config` (in-process tests; `server.serve` keeps the StandinApp)."""
     return StandinApp(config).build()

@@ -95,10 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = parser.add_argument_group("stand-in knobs")
     st.add_argument(
+        "--standin-load-seconds",
+        type=_number(float, 0.0, None),
+        default=0.0,
+        help="seconds of 'model loading' before the server listens (connections refused meanwhile)",
+    )
+    st.add_argument(
         "--standin-warmup-seconds",
         type=_number(float, 0.0, None),
         default=0.0,
-        help="/health and /health_generate answer 503 for this long after start",
+        help="/health and /health_generate answer 503 for this long after the server listens",
+    )
+    st.add_argument(
+        "--standin-health-seconds",
+        type=_number(float, 0.0, None),
+        default=1.0,
+        help="how long /health_generate takes once up (SGLang 0.5.12: its 1-token check, >= 1 s)",
+    )
+    st.add_argument(
+        "--standin-drain-poll-seconds",
+        type=_number(float, 0.0, None, open_low=True),
+        default=5.0,
+        help="after SIGTERM, how often the drain checks for requests left (SGLang 0.5.12: 5 s)",
     )
     st.add_argument(
         "--standin-ttft",
@@ -162,7 +180,10 @@ def parse_config(argv: Sequence[str] | None = None) -> StandinConfig:
         tp_size=args.tp_size,
         log_level=args.log_level,
         watchdog_timeout=args.watchdog_timeout,
+        load_seconds=args.standin_load_seconds,
         warmup_seconds=args.standin_warmup_seconds,
+        health_seconds=args.standin_health_seconds,
+        drain_poll_seconds=args.standin_drain_poll_seconds,
         ttft_seconds=args.standin_ttft,
         decode_tokens_per_second=args.standin_decode_tps,
         error_rate=args.standin_error_rate,

@@ -24,7 +24,10 @@ class StandinConfig:
     log_level: str = "info"
     watchdog_timeout: float = 300.0
     # --standin-* knobs
-    warmup_seconds: float = 0.0
+    load_seconds: float = 0.0  # no listener yet: connections refused, as while SGLang loads the model
+    warmup_seconds: float = 0.0  # listening, /health* 503 (ServerStatus.Starting)
+    health_seconds: float = 1.0  # how long a /health_generate takes once up (SGLang: >= 1 s)
+    drain_poll_seconds: float = 5.0  # SGLang's sigterm_watchdog polls every 5 s
     ttft_seconds: float = 0.0
     decode_tokens_per_second: float = 0.0  # 0: no decode time at all
     error_rate: float = 0.0
@@ -67,10 +70,19 @@ class StandinConfig:
             "watchdog_timeout": self.watchdog_timeout,
         }
 
+    def server_args_repr(self) -> str:
+        """What SGLang 0.5.12 logs at start: `ServerArgs(...)`, the dataclass repr, API key included
+        (sglang/srt/entrypoints/engine.py:773 `logger.info(f"{server_args=}")`)."""
+        fields = {**self.server_args(), "api_key": self.api_key}
+        return "ServerArgs(" + ", ".join(f"{name}={value!r}" for name, value in fields.items()) + ")"
+
     def standin_args(self) -> dict[str, Any]:
         """The `--standin-*` knobs, reported under `standin` in `/server_info`."""
         return {
+            "load_seconds": self.load_seconds,
             "warmup_seconds": self.warmup_seconds,
+            "health_seconds": self.health_seconds,
+            "drain_poll_seconds": self.drain_poll_seconds,
             "ttft_seconds": self.ttft_seconds,
             "decode_tokens_per_second": self.decode_tokens_per_second,
             "error_rate": self.error_rate,

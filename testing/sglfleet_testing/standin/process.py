@@ -4,7 +4,10 @@
         httpx.get(f"{base_url}/health")
 
 Keyword flags map to command-line flags: `standin_ttft=0.1` -> `--standin-ttft 0.1`, `True` -> the
-bare flag, `False`/`None` -> omitted. `model_path` defaults to "standin/model".
+bare flag, `False`/`None` -> omitted. `model_path` defaults to "standin/model". Two of SGLang's
+durations default shorter here than in the stand-in's CLI, so that tests do not wait for them
+needlessly: the health check (`standin_health_seconds`, 0 here, 1 s in SGLang) and the drain's
+poll after SIGTERM (`standin_drain_poll_seconds`, 0.1 s here, 5 s in SGLang).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def standin_argv(port: int, **flags: Any) -> list[str]:
     """The command line of a stand-in with `flags` (see the module docstring)."""
     flags.setdefault("model_path", "standin/model")
     flags.setdefault("host", HOST)
+    flags.setdefault("standin_health_seconds", 0.0)
+    flags.setdefault("standin_drain_poll_seconds", 0.1)
     argv = [sys.executable, "-m", "sglfleet_testing.standin", "--port", str(port)]
     for key, value in flags.items():
         if value is None or value is False:
@@ -57,7 +62,8 @@ class StandinProcess:
     log: Any  # a temporary file holding the server's stdout and stderr
 
     def terminate(self, timeout: float = 10.0) -> int:
-        """SIGTERM, wait for the drain, SIGKILL if it outlives `timeout`; the exit code."""
+        """SIGTERM, wait for the drain, SIGKILL if it outlives `timeout`; the exit code (a drain
+        that completed ends, as in SGLang, in the server's SIGKILL of itself: -9)."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -84,7 +90,7 @@ def _listening(port: int, host: str) -> bool:
 
 def _healthy(base_url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{base_url}/health", timeout=1) as response:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=5) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
