@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from generate_support import assert_exactly_once, fleet, write_conversations
+from polling import wait_until
 
 from sglfleet.gen._manifest import load, manifest_path
 
@@ -113,7 +114,8 @@ def test_grace_period_ends_hung_requests(tmp_path: Path) -> None:
     write_conversations(inp, 50)
     with fleet({"standin_hang_rate": 1.0}) as servers:
         proc = _start(inp, out, [servers[0].base_url], "--grace", "0.5", "--concurrency", "2")
-        time.sleep(1.0)
+        # The manifest is written once the signal handlers are in place and the job sends.
+        wait_until(lambda: manifest_path(out).exists() or proc.poll() is not None, timeout=30, what="it runs")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=10)[0].decode()
