@@ -56,7 +56,7 @@ def lab_lock() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def lab() -> LabSettings:
+def lab_settings() -> LabSettings:
     """The lab up (a no-op when it is): fakepve on 127.0.0.1:8006, the template, the SSH key."""
     settings = LabSettings()
     up(settings, say=lambda line: print(f"lab: {line}"))
@@ -64,8 +64,9 @@ def lab() -> LabSettings:
 
 
 @pytest.fixture(scope="session")
-def pve(lab: LabSettings) -> ProxmoxAPI:
+def lab_pve(lab_settings: LabSettings) -> ProxmoxAPI:
     """proxmoxer against the lab's PVE API with its token, verifying the lab's TLS certificate."""
+    lab = lab_settings
     return ProxmoxAPI(
         lab.host,
         port=lab.port,
@@ -95,9 +96,18 @@ def ansible() -> Ansible:
 
 
 @pytest.fixture(scope="session")
-def ct(lab: LabSettings, pve: ProxmoxAPI) -> Iterator[Container]:
+def ct(ct200: Container) -> Container:
     """CT 200 running and answering SSH: created and started through the lab's PVE API when it is not
     there (as playbooks/provision.yml would), with room for a fleet."""
+    return ct200
+
+
+# The fixtures here build on `ct200`, not on `ct`, so that a test module may define a `ct` of its own
+# on top of `prepared_ct` (test_generate_job does) without a cycle.
+@pytest.fixture(scope="session")
+def ct200(lab_settings: LabSettings, lab_pve: ProxmoxAPI) -> Iterator[Container]:
+    """CT 200 (see `ct`)."""
+    lab, pve = lab_settings, lab_pve
     start = time.monotonic()
     lxc = pve.nodes(lab.node).lxc
     if CT_VMID not in [int(c["vmid"]) for c in lxc.get()]:
@@ -123,20 +133,20 @@ def ct(lab: LabSettings, pve: ProxmoxAPI) -> Iterator[Container]:
 
 
 @pytest.fixture(scope="session")
-def prepared_ct(ct: Container, ansible: Ansible) -> Container:
+def prepared_ct(ct200: Container, ansible: Ansible) -> Container:
     """CT 200 with this checkout's sglfleet in the runtime venv (the modules' interpreter) and in
     /opt/sglang/venv (the stand-in); the lab's model store comes with every lab container."""
     run = ansible.playbook("tests/integration/prepare_sglfleet.yml")
     assert run.rc == 0, run.explain()
     print(f"CT 200 prepared in {run.seconds:.1f} s")
-    return ct
+    return ct200
 
 
 @pytest.fixture(scope="session")
-def fake_nvidia_smi(ct: Container) -> str:
+def fake_nvidia_smi(ct200: Container) -> str:
     """A stand-in nvidia-smi in CT 200 (tests/integration/files/nvidia-smi): eight GPUs, and a compute
     process for each live pid in /var/tmp/fake-nvidia-smi.pids. Point *_nvidia_smi variables at it."""
-    ct.put(FAKE_NVIDIA_SMI, (Path(__file__).parent / "files/nvidia-smi").read_text(), mode="0755")
+    ct200.put(FAKE_NVIDIA_SMI, (Path(__file__).parent / "files/nvidia-smi").read_text(), mode="0755")
     return FAKE_NVIDIA_SMI
 
 
