@@ -28,14 +28,20 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml 
 
 venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfleet (editable)
 
+# $(call timed,NAME) COMMAND: run COMMAND (bash's `time`) and print "== NAME: <seconds> s" when it is done.
+timed = TIMEFORMAT='== $(1): %1R s'; time
+# The lab is one resource per machine: whoever uses it holds this lock (the test sessions take it themselves).
+LAB_LOCK := /tmp/sglfleet-lab.lock
+# Jobs of the first stage of `make test` (lint, unit tests, lab bring-up run side by side).
+TEST_JOBS ?= 3
+
 lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/yamllint --strict .
-	$(BIN)/ansible-lint --offline
-	@for pb in $(PLAYBOOKS); do \
-	  echo "syntax-check $$pb"; $(BIN)/ansible-playbook --syntax-check -i inventory/lab $$pb >/dev/null; \
-	done
+	$(call timed,ruff check) $(BIN)/ruff check .
+	$(call timed,ruff format) $(BIN)/ruff format --check .
+	$(call timed,yamllint) $(BIN)/yamllint --strict .
+	$(call timed,ansible-lint) $(BIN)/ansible-lint --offline
+	@# One ansible-playbook process checks them all: one start-up instead of one per playbook.
+	$(call timed,syntax-check) $(BIN)/ansible-playbook --syntax-check -i inventory/lab $(PLAYBOOKS)
 
 # Not part of lint: ansible-test builds its own venv on a fresh machine (measured 70 s cold, 25-30 s warm).
 sanity: venv ## ansible-test sanity --test validate-modules on the collection built from library/ and roles/
@@ -45,21 +51,26 @@ collection: venv ## build the collection sglfleet.fleet (build/sglfleet-fleet-VE
 	scripts/build-collection --install build/installed
 
 test-unit: venv ## fast tests: no lab needed
-	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
+	$(call timed,test-unit) $(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 test-lab: venv lab-up ## the lab's own smoke tests (needs root)
-	$(BIN)/pytest tests/lab $(PYTEST_FLAGS)
+	$(call timed,test-lab) $(BIN)/pytest tests/lab $(PYTEST_FLAGS)
 
 test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root)
-	$(BIN)/pytest tests/integration $(PYTEST_FLAGS)
+	$(call timed,test-integration) $(BIN)/pytest tests/integration $(PYTEST_FLAGS)
 
-test: deps lint test-unit test-lab test-integration ## every check: lint, unit, lab, integration (installs missing Debian packages first)
+# Lint, the unit tests and the lab's bring-up (a debootstrap on a fresh machine) need neither the lab lock nor
+# each other: they run side by side (each one's output printed whole when it ends); then the lab's tests.
+test: deps venv ## every check (installs missing Debian packages first): lint, unit tests and lab-up side by side, then the lab and integration tests
+	$(call timed,lint + test-unit + lab-up) $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
+	  lint test-unit lab-up
+	$(MAKE) --no-print-directory test-lab test-integration
 
 lab-up: venv ## bring up the lab (fakepve on 127.0.0.1:8006, the LXC template); a no-op when it is up
-	$(PY) -m sglfleet_testing.lab up
+	$(call timed,lab-up) flock $(LAB_LOCK) $(PY) -m sglfleet_testing.lab up
 
 lab-down: venv ## remove every container, process and file the lab made
-	$(PY) -m sglfleet_testing.lab down
+	flock $(LAB_LOCK) $(PY) -m sglfleet_testing.lab down
 
 lab-status: venv ## say what of the lab is running
 	$(PY) -m sglfleet_testing.lab status

@@ -1,135 +1,266 @@
-"""Helpers of the integration tests: run playbooks of this checkout, run commands in CT 200."""
+"""The integration tests' one harness: ansible-playbook runs of this checkout, commands in CT 200, the
+role-test targets, and polling. conftest.py turns it into fixtures (lab_lock, lab, ansible, ct,
+prepared_ct, fake_nvidia_smi); tests import the names they need from here.
+
+- `Ansible.playbook()` runs a playbook against inventory/lab (or another inventory) and returns a
+  `PlaybookRun`: exit status, output, time, CT 200's PLAY RECAP (`recap`), every host's (`recaps`), and
+  what each task reported (`status()`, `changed_tasks()`, `total()`).
+- `Container` runs commands in a lab CT over its sshd, on one multiplexed SSH connection per CT.
+- `Target` and its two kinds (`LabTarget`: CT 200 under /opt/sglfleet-test; `LocalTarget`: this machine,
+  SGLFLEET_ROLE_TESTS_TARGET=local) are where the role tests (cuda_toolchain, sglang) converge.
+- `wait_until()` polls a condition: no test sleeps a fixed time to let something happen.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-REPO = Path(__file__).resolve().parents[2]
-LAB_LOCK = Path("/tmp/sglfleet-lab.lock")
+import yaml
+from sglfleet_testing.lab.lock import LAB_LOCK, held_by_ancestor  # noqa: F401 - LAB_LOCK: for the tests
+
+REPO = ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+INVENTORY = REPO / "inventory" / "lab"
 LAB_STATE = Path("/var/lib/sglfleet-lab")
 SSH_KEY = LAB_STATE / "id_ed25519"
 CT_HOST = "ct200"
+CT_VMID = 200
 CT_SSH_PORT = 2222
-
 
 # The interpreter CT 200 runs modules with in these tests: the venv with sglfleet in it.
 MODULE_PYTHON = "/opt/sglfleet/venv/bin/python"
 # Where the fake_nvidia_smi fixture puts tests/integration/files/nvidia-smi in CT 200.
 FAKE_NVIDIA_SMI = "/usr/local/lib/sglfleet-test/nvidia-smi"
 
+# The role tests (cuda_toolchain, sglang): on CT 200 every path lives under LAB_ROOT; set
+# SGLFLEET_ROLE_TESTS_TARGET=local to run them on this machine instead.
+TARGET_ENV = "SGLFLEET_ROLE_TESTS_TARGET"
+LAB_ROOT = "/opt/sglfleet-test"
+LAB_MODULE_PYTHON = MODULE_PYTHON
 
-def ancestor_holds_lab_lock() -> bool:
-    """Whether pytest runs under `flock /tmp/sglfleet-lab.lock ...` (then the lock is already ours)."""
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        if cmdline and Path(cmdline[0].decode()).name == "flock" and str(LAB_LOCK).encode() in cmdline:
-            return True
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return False
+# The lock is the lab's own (sglfleet_testing.lab.lock); this name stays for the tests that import it.
+ancestor_holds_lab_lock = held_by_ancestor
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], *, timeout: float, what: str, interval: float = 0.1) -> T:
+    """Poll `condition` until it returns something truthy (returned); fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not so after {timeout:.0f} s")
+        time.sleep(interval)
+
+
+# -- ansible-playbook --------------------------------------------------------------------------------
+
+_TASK = re.compile(r"^TASK \[(?P<name>.+?)\] \*+$")
+_RESULT = re.compile(r"^(?P<status>ok|changed|skipping|fatal|failed|included): \[(?P<host>[^\]]+)\]")
+_RECAP = re.compile(r"^(?P<host>\S+)\s+: (?P<counts>ok=\d+.*)$")
+
+
+def parse(output: str) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
+    """The statuses each task printed (one per host line) and every host's PLAY RECAP counts."""
+    tasks: dict[str, list[str]] = {}
+    recaps: dict[str, dict[str, int]] = {}
+    current = None
+    in_recap = False
+    for line in output.splitlines():
+        if line.startswith("PLAY RECAP"):
+            in_recap = True
+            continue
+        if in_recap:
+            if m := _RECAP.match(line):
+                recaps[m["host"]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m["counts"])}
+            continue
+        if m := _TASK.match(line):
+            current = m["name"]
+            tasks.setdefault(current, [])
+        elif current and (m := _RESULT.match(line)):
+            tasks[current].append(m["status"])
+    return tasks, recaps
 
 
 @dataclass
 class PlaybookRun:
-    """What one ansible-playbook run did: exit status, output, and the PLAY RECAP of CT 200."""
+    """What one ansible-playbook run did: exit status, output (stdout and stderr as printed), its duration."""
 
     args: list[str]
     rc: int
     output: str
-    seconds: float
+    seconds: float = 0.0
+    _parsed: tuple[dict[str, list[str]], dict[str, dict[str, int]]] | None = field(default=None, repr=False)
+
+    def _parse(self) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
+        if self._parsed is None:
+            self._parsed = parse(self.output)
+        return self._parsed
+
+    @property
+    def tasks(self) -> dict[str, list[str]]:
+        """Task name -> the statuses it printed (ok, changed, skipping, failed, fatal, included)."""
+        return self._parse()[0]
+
+    @property
+    def recaps(self) -> dict[str, dict[str, int]]:
+        """Host -> its PLAY RECAP counts (ok, changed, unreachable, failed, skipped, rescued, ignored)."""
+        return self._parse()[1]
 
     @property
     def recap(self) -> dict[str, int]:
-        match = re.search(rf"^{CT_HOST}\s*:\s*(.*)$", self.output, re.MULTILINE)
-        if not match:
-            return {}
-        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
+        """CT 200's PLAY RECAP counts ({} when it was not in the play)."""
+        return self.recaps.get(CT_HOST, {})
+
+    def total(self, key: str) -> int:
+        """`key` (changed, failed, ...) summed over every host of the recap."""
+        return sum(counts.get(key, 0) for counts in self.recaps.values())
+
+    def changed_tasks(self) -> list[str]:
+        return [name for name, statuses in self.tasks.items() if "changed" in statuses]
+
+    def status(self, task: str) -> list[str]:
+        return self.tasks.get(task, [])
 
     def explain(self) -> str:
         return f"ansible-playbook {shlex.join(self.args)} -> rc {self.rc}\n{self.output[-6000:]}"
 
 
+def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment every ansible-* command of the tests runs in: this checkout's ansible.cfg, no color."""
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        **(extra or {}),
+    }
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: Path = INVENTORY,
+    *args: str,
+    timeout: float = 1200,
+    env: dict[str, str] | None = None,
+) -> PlaybookRun:
+    """ansible-playbook -i inventory playbook args; `playbook` is absolute, or relative to playbooks/ or
+    to the checkout."""
+    path = Path(playbook)
+    if not path.is_absolute():
+        path = REPO / "playbooks" / path if (REPO / "playbooks" / path).is_file() else REPO / path
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(path), *args]
+    start = time.monotonic()
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=env or ansible_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return PlaybookRun(argv[1:], proc.returncode, proc.stdout, time.monotonic() - start)
+
+
 class Ansible:
-    """Runs playbooks of this checkout against inventory/lab."""
+    """Runs playbooks of this checkout against inventory/lab (or the inventory given)."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
-        self.env = {
-            **os.environ,
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_NOCOLOR": "1",
-            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-            **(extra_env or {}),
-        }
+    def __init__(self, extra_env: dict[str, str] | None = None, inventory: Path = INVENTORY) -> None:
+        self.env = ansible_env(extra_env)
+        self.inventory = inventory
 
-    def playbook(self, playbook: str, *args: str, timeout: float = 600) -> PlaybookRun:
-        argv = ["ansible-playbook", "-i", str(REPO / "inventory/lab"), str(REPO / playbook), *args]
-        start = time.monotonic()
-        proc = subprocess.run(
-            argv,
-            cwd=REPO,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-            check=False,
+    def playbook(
+        self, playbook: str | Path, *args: str, timeout: float = 600, inventory: Path | None = None
+    ) -> PlaybookRun:
+        return run_playbook(playbook, inventory or self.inventory, *args, timeout=timeout, env=self.env)
+
+
+def host_inventory(path: Path, *, name: str = CT_HOST, python: str = MODULE_PYTHON) -> Path:
+    """An inventory of CT 200 alone (group fleet, no group_vars): its connection and its python."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": {
+                    "hosts": {
+                        name: {
+                            "ansible_host": "127.0.0.1",
+                            "ansible_port": CT_SSH_PORT,
+                            "ansible_user": "root",
+                            "ansible_ssh_private_key_file": str(SSH_KEY),
+                            "ansible_python_interpreter": python,
+                        }
+                    }
+                }
+            }
         )
-        return PlaybookRun(argv[1:], proc.returncode, proc.stdout, time.monotonic() - start)
+    )
+    return path
+
+
+# -- a lab container over SSH --------------------------------------------------------------------------
+
+# One master connection per CT, kept for a while: a test's many short commands skip the SSH handshake.
+_CONTROL_DIR = Path(tempfile.gettempdir()) / f"sglfleet-itest-ssh-{os.getuid()}"
 
 
 class Container:
-    """Commands in CT 200 over its sshd (127.0.0.1:2222), as the inventory reaches it."""
+    """Commands in a lab CT over its sshd (CT 200: 127.0.0.1:2222), as the inventory reaches it."""
+
+    def __init__(self, port: int = CT_SSH_PORT, key: Path = SSH_KEY, name: str = "CT 200") -> None:
+        self.port, self.key, self.name = port, key, name
+
+    def _ssh_options(self) -> list[str]:
+        _CONTROL_DIR.mkdir(mode=0o700, exist_ok=True)
+        options = {
+            "StrictHostKeyChecking": "no",
+            "UserKnownHostsFile": "/dev/null",
+            "LogLevel": "ERROR",
+            "BatchMode": "yes",
+            "ConnectTimeout": "5",
+            "ControlMaster": "auto",
+            "ControlPath": str(_CONTROL_DIR / f"{self.port}"),
+            "ControlPersist": "60",
+        }
+        return ["-i", str(self.key), *[arg for k, v in options.items() for arg in ("-o", f"{k}={v}")]]
 
     def ssh_argv(self, command: str) -> list[str]:
-        return [
-            "ssh",
-            "-i",
-            str(SSH_KEY),
-            "-p",
-            str(CT_SSH_PORT),
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=5",
-            "root@127.0.0.1",
-            command,
-        ]
+        return ["ssh", "-p", str(self.port), *self._ssh_options(), "root@127.0.0.1", command]
 
     def run(
         self, command: str, *, check: bool = True, stdin: str | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            self.ssh_argv(command),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+            self.ssh_argv(command), input=stdin, capture_output=True, text=True, timeout=timeout, check=False
         )
         if check and proc.returncode != 0:
             raise AssertionError(
-                f"in CT 200: {command!r} -> rc {proc.returncode}\n{proc.stdout}{proc.stderr}"
+                f"in {self.name}: {command!r} -> rc {proc.returncode}\n{proc.stdout}{proc.stderr}"
             )
         return proc
+
+    def ssh(
+        self, command: str, timeout: float = 300, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """run() without the check: the caller looks at returncode, stdout and stderr."""
+        return self.run(command, check=False, stdin=stdin, timeout=timeout)
 
     def out(self, command: str) -> str:
         return self.run(command).stdout.strip()
@@ -141,12 +272,134 @@ class Container:
             stdin=text,
         )
 
+    def copy(self, local: Path, path: str) -> None:
+        """A file of this machine to `path` in the CT, over the same connection."""
+        argv = ["scp", "-q", "-P", str(self.port), *self._ssh_options(), str(local), f"root@127.0.0.1:{path}"]
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+
     def reachable(self) -> bool:
         try:
             return self.run("true", check=False, timeout=10).returncode == 0
         except subprocess.TimeoutExpired:
             return False
 
+    def wait_reachable(self, timeout: float = 60) -> None:
+        wait_until(self.reachable, timeout=timeout, what=f"{self.name} answers SSH on 127.0.0.1:{self.port}")
+
+    def disconnect(self) -> None:
+        """Close the master connection (when the CT goes away, or at the end of the session)."""
+        subprocess.run(
+            ["ssh", "-p", str(self.port), *self._ssh_options(), "-O", "exit", "root@127.0.0.1"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+
     def unit_props(self, unit: str, props: Sequence[str]) -> dict[str, str]:
         out = self.out(f"systemctl show {shlex.quote(unit)} " + " ".join(f"--property={p}" for p in props))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+# -- where the role tests converge -------------------------------------------------------------------
+
+
+class Target:
+    """Where the roles run; paths are the target's. Subclasses say how to reach it."""
+
+    inventory: Path
+    root: str
+    work: Path  # controller-side directory for vars files
+    module_python: str
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    @property
+    def prefix(self) -> str:
+        return self.path("cuda-13.2")
+
+    def base_vars(self) -> dict:
+        return {
+            "cuda_toolchain_prefix": self.prefix,
+            "cuda_toolchain_env_file": self.path("etc", "cuda-toolchain.env"),
+            "cuda_toolchain_profile_path": self.path("etc", "profile.d", "cuda-toolchain.sh"),
+            "cuda_toolchain_ledger_path": self.path("ledger.json"),
+            "cuda_toolchain_modules_python": self.module_python,
+            "sglang_install_engine": False,  # the lab's setting: the stand-in, no torch/sglang
+            "sglang_cuda_home": self.prefix,
+            "sglang_venv": self.path("sglang", "venv"),
+            "sglang_env_file": self.path("etc", "sglang", "common.env"),
+            "sglang_jit_cache_dir": self.path("cache", "sglang"),
+            "sglang_sglfleet_wheel_dir": self.path("sglang", "wheels"),
+            "sglang_ledger_path": self.path("ledger.json"),
+        }
+
+    def vars_file(self, name: str, overrides: dict | None = None) -> Path:
+        path = self.work / name
+        path.write_text(yaml.safe_dump({**self.base_vars(), **(overrides or {})}))
+        return path
+
+    def play(self, playbook: str, *extra: str, overrides: dict | None = None) -> PlaybookRun:
+        name = f"vars-{abs(hash(json.dumps(overrides or {}, sort_keys=True)))}.yml"
+        return run_playbook(playbook, self.inventory, "-e", f"@{self.vars_file(name, overrides)}", *extra)
+
+    def sh(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        raise NotImplementedError
+
+    def ok(self, script: str) -> str:
+        proc = self.sh(script)
+        assert proc.returncode == 0, f"{script!r} -> rc {proc.returncode}\n{proc.stdout}{proc.stderr}"
+        return proc.stdout
+
+    def read_json(self, path: str) -> dict:
+        return json.loads(self.ok(f"cat {shlex.quote(path)}"))
+
+    def ledger_phase(self, phase: str) -> dict:
+        return self.read_json(self.path("ledger.json"))["phases"][phase]
+
+    def reset(self) -> None:
+        self.ok(f"rm -rf {shlex.quote(self.root)} && mkdir -p {shlex.quote(self.root)}")
+
+
+class LocalTarget(Target):
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.root = str(work / "target")
+        self.module_python = sys.executable
+        self.inventory = work / "hosts.ini"
+        self.inventory.write_text(
+            f"[fleet]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+        )
+
+    def sh(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+
+class LabTarget(Target):
+    def __init__(self, work: Path, container: Container) -> None:
+        self.work = work
+        self.root = LAB_ROOT
+        self.module_python = LAB_MODULE_PYTHON
+        self.inventory = INVENTORY
+        self.container = container
+
+    def sh(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return self.container.run(f"bash -c {shlex.quote(script)}", check=False, timeout=timeout)
+
+
+def make_target(request, work: Path) -> Target:
+    """The lab's CT 200 (prepared by the shared fixture), or this machine when asked for; emptied."""
+    if os.environ.get(TARGET_ENV, "lab") == "local":
+        target: Target = LocalTarget(work)
+    else:
+        target = LabTarget(work, request.getfixturevalue("prepared_ct"))
+    target.reset()
+    return target
+
+
+@functools.cache
+def lab_vars() -> dict:
+    """inventory/lab/group_vars/all/lab.yml: the lab's PVE API, node, CT and CA."""
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "lab.yml").read_text())

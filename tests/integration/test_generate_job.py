@@ -1,166 +1,43 @@
 """generation_job and playbooks/generate.yml in the lab: a real CT with systemd runs the job as a
 transient unit against stand-ins on 127.0.0.1 (the lab's containers share the host's network).
 
-Run under the lab lock:
-    flock /tmp/sglfleet-lab.lock .venv/bin/pytest tests/integration/test_generate_job.py
-Self-sufficient: it makes its own container (CT 207, so it never touches CT 200) and removes it.
+Runs on the session's prepared CT 200 (the sglfleet runtime is the modules' interpreter), through an
+inventory of CT 200 alone, so that the lab's group_vars do not reach the job; the module's units and
+files are removed before and after. Under the lab lock, like every integration test:
+    .venv/bin/pytest tests/integration/test_generate_job.py
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ansible_lab import CT_HOST, REPO, Ansible, Container, host_inventory, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-VMID = 207
-VENV = "/opt/sglfleet"
 pytestmark = pytest.mark.timeout(900)
 
-lab = pytest.importorskip("sglfleet_testing.lab.settings")
 standin = pytest.importorskip("sglfleet_testing.standin.process")
 
-
-@dataclass
-class Ct:
-    settings: object
-    port: int
-    key: Path
-
-    def ssh(
-        self, command: str, timeout: float = 300, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        argv = ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes"]
-        argv += [
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-        ]
-        deadline = time.monotonic() + 60
-        while True:
-            done = subprocess.run(
-                [*argv, "root@127.0.0.1", command],
-                input=stdin,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-            if done.returncode != 255 or time.monotonic() > deadline:
-                return done
-            time.sleep(0.3)
-
-
-def _wait_task(pve, node: str, upid: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = pve.nodes(node).tasks(upid).status.get()
-        if status["status"] == "stopped":
-            return status
-        assert time.monotonic() < deadline, f"task {upid} still running"
-        time.sleep(0.2)
-
-
-def _remove(pve, node: str) -> None:
-    from proxmoxer.core import ResourceException
-
-    try:
-        current = pve.nodes(node).lxc(VMID).status.current.get()
-    except ResourceException:
-        return
-    if current["status"] == "running":
-        _wait_task(pve, node, pve.nodes(node).lxc(VMID).status.stop.post())
-    _wait_task(pve, node, pve.nodes(node).lxc(VMID).delete())
+Ct = Container
+# What the tests leave in CT 200: their jobs' units and directories.
+CLEAN = (
+    "for u in sglfleet-gen-itest sglfleet-gen-slow; do systemctl stop $u.service; systemctl reset-failed"
+    " $u.service; done 2>/dev/null; rm -rf /srv/gen /srv/gen2; true"
+)
 
 
 @pytest.fixture(scope="module")
-def ct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ct]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    from proxmoxer import ProxmoxAPI
-    from sglfleet_testing.lab.service import up
-
-    settings = lab.LabSettings()
-    up(settings, say=lambda line: print(f"lab: {line}"))
-    pve = ProxmoxAPI(
-        settings.host,
-        port=settings.port,
-        user=settings.user,
-        token_name=settings.token_name,
-        token_value=settings.token_secret,
-        verify_ssl=str(settings.ca_cert),
-    )
-    node = settings.node
-    _remove(pve, node)
-    created = _wait_task(
-        pve,
-        node,
-        pve.nodes(node).lxc.post(
-            vmid=VMID,
-            ostemplate=settings.ostemplate,
-            storage=settings.rootfs_storage,
-            hostname=f"ct{VMID}",
-            memory=2048,
-            **{"ssh-public-keys": settings.ssh_key.with_suffix(".pub").read_text()},
-        ),
-    )
-    assert created["exitstatus"] == "OK", created
-    assert _wait_task(pve, node, pve.nodes(node).lxc(VMID).status.start.post())["exitstatus"] == "OK"
-    box = Ct(settings, settings.ssh_port(VMID), settings.ssh_key)
-    try:
-        booted = box.ssh("systemctl is-system-running --wait")
-        assert booted.stdout.strip() in ("running", "degraded"), booted
-        wheels = tmp_path_factory.mktemp("wheel")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--quiet",
-                "--no-deps",
-                "-w",
-                str(wheels),
-                str(REPO / "python"),
-            ],
-            check=True,
-        )
-        (wheel,) = wheels.glob("sglfleet-*.whl")
-        target = f"/var/tmp/{wheel.name}"
-        scp = ["scp", "-q", "-i", str(box.key), "-P", str(box.port), "-o", "StrictHostKeyChecking=no"]
-        scp += ["-o", "UserKnownHostsFile=/dev/null", str(wheel), f"root@127.0.0.1:{target}"]
-        subprocess.run(scp, check=True, timeout=60)
-        install = box.ssh(
-            f"python3 -m venv {VENV} && {VENV}/bin/pip install --quiet --disable-pip-version-check {target}"
-        )
-        assert install.returncode == 0, install.stderr[-3000:]
-        yield box
-    finally:
-        _remove(pve, node)
+def ct(prepared_ct: Container) -> Iterator[Container]:
+    prepared_ct.run(CLEAN)
+    yield prepared_ct
+    prepared_ct.run(CLEAN)
 
 
-def _inventory(tmp: Path, box: Ct) -> Path:
-    path = tmp / "hosts.yml"
-    path.write_text(
-        "fleet:\n  hosts:\n    ct207:\n"
-        f"      ansible_host: 127.0.0.1\n      ansible_port: {box.port}\n      ansible_user: root\n"
-        f"      ansible_ssh_private_key_file: {box.key}\n"
-        f"      ansible_python_interpreter: {VENV}/bin/python\n"
-        "      ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\n"
-    )
-    return path
+def _inventory(tmp: Path, box: Container) -> Path:
+    return host_inventory(tmp / "hosts.yml")
 
 
 def _playbook(inventory: Path, playbook: Path, *extra: str, check: bool = False) -> dict:
@@ -176,15 +53,14 @@ def _playbook(inventory: Path, playbook: Path, *extra: str, check: bool = False)
         f"        dest: {result}\n        mode: '0644'\n"
         "      delegate_to: localhost\n      check_mode: false\n      changed_when: false\n"
     )
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(wrapper), *extra]
-    if check:
-        argv.append("--check")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=600, check=False)
-    recap = re.search(r"^ct207\s*:\s*(.*)$", proc.stdout, re.MULTILINE)
-    assert recap and result.exists(), f"rc {proc.returncode}: {proc.stdout[-3000:]} {proc.stderr[-2000:]}"
-    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
-    return {"rc": proc.returncode, "stats": stats, "job": json.loads(result.read_text()), "out": proc.stdout}
+    run = Ansible(inventory=inventory).playbook(wrapper, *extra, *(["--check"] if check else []))
+    assert run.recaps.get(CT_HOST) and result.exists(), run.explain()
+    return {"rc": run.rc, "stats": run.recap, "job": json.loads(result.read_text()), "out": run.output}
+
+
+def _writing(box: Container, output: str) -> bool:
+    """The job has written a result (it runs, and made progress)."""
+    return box.ssh(f"test -s {output}").returncode == 0
 
 
 def _conversations(n: int) -> str:
@@ -238,7 +114,7 @@ def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None
         ]  # fmt: skip
         started = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_wait=false")
         assert started["job"]["changed"] is True and started["job"]["action"] == "start", started
-        time.sleep(3)
+        wait_until(lambda: _writing(ct, "/srv/gen2/out.jsonl"), timeout=60, what="the job writes results")
         running = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_wait=false")
         assert running["stats"]["changed"] == 0 and running["job"]["status"] == "running", running
         assert ct.ssh("systemctl is-active sglfleet-gen-slow.service").stdout.strip() == "active"

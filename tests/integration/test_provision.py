@@ -7,14 +7,12 @@ The test brings its own state: it destroys CT 200 first, so the first run really
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_lab import CT_HOST, Container, parse, run_playbook
 
 from sglfleet.pve._client import Credentials, PveClient
 
@@ -31,24 +29,14 @@ pytestmark = [
 
 
 def playbook(*args: str) -> tuple[int, str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(PLAYBOOK), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-        check=False,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+    run = run_playbook(PLAYBOOK, INVENTORY, *args, timeout=600)
+    return run.rc, run.output
 
 
 def recap(output: str) -> dict[str, int]:
-    m = re.search(r"ct200\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output)
-    assert m, output
-    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()), strict=True))
+    counts = parse(output)[1].get(CT_HOST)
+    assert counts, output
+    return counts
 
 
 def pve() -> PveClient:
@@ -64,29 +52,7 @@ def pve() -> PveClient:
 
 
 def ssh(command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            HOST["ansible_ssh_private_key_file"],
-            "-p",
-            str(HOST["ansible_port"]),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "ConnectTimeout=10",
-            f"{HOST['ansible_user']}@{HOST['ansible_host']}",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return Container().ssh(command, timeout=60)
 
 
 def test_provision_creates_a_container_idempotently_and_check_diff_changes_nothing():

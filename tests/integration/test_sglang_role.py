@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from toolchain_support import ROOT, PlaybookRun, Target, make_target
+from ansible_lab import ROOT, PlaybookRun, Target
 
 pytestmark = [pytest.mark.timeout(1800)]
 
@@ -37,11 +37,12 @@ CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
-    target = make_target(request, tmp_path_factory.mktemp("sglang"))
-    run = target.play("toolchain.yml")
+def target(role_target: Target) -> Target:
+    # The toolchain the role needs: test_toolchain (run before) converged it there, then this re-run
+    # only verifies it; run alone, this module installs it.
+    run = role_target.play("toolchain.yml")
     assert run.rc == 0, run.explain()
-    return target
+    return role_target
 
 
 @pytest.fixture(scope="module")

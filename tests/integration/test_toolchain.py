@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from toolchain_support import PlaybookRun, Target, make_target
+from ansible_lab import PlaybookRun, Target
 
 pytestmark = [pytest.mark.timeout(1800)]
 
@@ -36,8 +36,8 @@ CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
-    return make_target(request, tmp_path_factory.mktemp("toolchain"))
+def target(role_target: Target) -> Target:
+    return role_target  # emptied at the start of the session; this module converges into it first
 
 
 @pytest.fixture(scope="module")

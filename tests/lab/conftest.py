@@ -1,7 +1,8 @@
 """Fixtures for the lab's own tests: the lab up, a proxmoxer client, a clean CT, SSH into it.
 
-These tests drive the real lab (fakepve on 127.0.0.1:8006, real LXC containers) and need root.
-Run them under the lab lock: `flock /tmp/sglfleet-lab.lock .venv/bin/pytest tests/lab`.
+These tests drive the real lab (fakepve on 127.0.0.1:8006, real LXC containers) and need root. The
+session holds the machine-wide lab lock (/tmp/sglfleet-lab.lock) from its first test to its last, as the
+integration tests do (a no-op under `flock /tmp/sglfleet-lab.lock .venv/bin/pytest tests/lab`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,22 @@ from dataclasses import dataclass
 import pytest
 from proxmoxer import ProxmoxAPI
 from proxmoxer.core import ResourceException
+from sglfleet_testing.lab.lock import LabLockTimeout, hold
 from sglfleet_testing.lab.service import up
 from sglfleet_testing.lab.settings import LabSettings
 
 VMID = 200
+LOCK_WAIT_S = 1800
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lab_lock() -> Iterator[None]:
+    """Hold the lab lock for the session: nobody else brings the lab up, down, or uses its CTs meanwhile."""
+    try:
+        with hold(timeout=LOCK_WAIT_S, say=print):
+            yield
+    except LabLockTimeout as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from module_runner import module_argv
+from polling import wait_until
 
 from sglfleet.pve._client import Credentials, PveApiError, PveClient
 
@@ -324,7 +325,8 @@ def test_tasks_are_waited_for_and_a_slow_one_times_out(pve, module):
     result = module(state="started", timeout=1)
     assert result["failed"] is True
     assert "still running after 1 s" in result["msg"]
-    time.sleep(2)  # let the start task end before the fake stops
+    running = lambda: [t for t in pve.tasks.values() if t["status"] != "stopped"]  # noqa: E731
+    wait_until(lambda: not running(), timeout=10, what="the start task ended before the fake stops")
 
 
 @pytest.mark.fakepve(time_scale=0.01)
