@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from sglfleet_testing.standin.process import standin_argv
+from test_status import consecutive_free_ports
 
+from sglfleet.fleet import _health as health
 from sglfleet.fleet import _ledger as ledger
 
 pytestmark = pytest.mark.timeout(240)
@@ -181,3 +184,42 @@ def test_generate_is_done_only_within_the_failure_tolerance(
     else:
         assert rc != 0
         assert f"with {failed} of 600 prompts failed, more than generate_max_failures={max_failures}" in out
+
+
+def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: Path) -> None:
+    """Phase prompts, a real job against a stand-in (as phase generate runs it), then phase merge: the
+    merged set and both ledger records land where the inventory says; a second merge changes nothing."""
+    inv = inventory(
+        tmp_path,
+        prompt_mix_config=str(ROOT / "examples/mix/lab-mix.yaml"),
+        merge_existing=str(ROOT / "examples/mix/existing-train.jsonl"),
+    )
+    rc, out, _ = playbook(inv, "playbooks/prompts.yml")
+    assert rc == 0, out[-4000:]
+    port = consecutive_free_ports(1)
+    server = subprocess.Popen(standin_argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert health.check_fleet(
+            health.endpoints_from_range("127.0.0.1", port, 1), wait=30, interval=0.1
+        ).all_healthy
+        job = subprocess.run(
+            [sys.executable, "-m", "sglfleet", "generate", "-i", str(tmp_path / "fleet" / "prompts.jsonl"),
+             "-o", str(tmp_path / "fleet" / "results.jsonl"), "-e", url, "--max-tokens", "16"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert job.returncode == 0, job.stderr[-3000:]
+    finally:
+        server.kill()
+        server.wait()
+
+    rc, out, stats = playbook(inv, "playbooks/merge.yml")
+    assert rc == 0, out[-4000:]
+    report = json.loads((tmp_path / "work" / "merge-report.json").read_text())
+    merged = (tmp_path / "work" / "merged.jsonl").read_text().splitlines()
+    assert len(merged) == report["rows"]["total"] > report["rows"]["existing"]
+    record = ledger.load_ledger(tmp_path / "fleet" / "ledger.json").phases["merge"]
+    assert record.status == "done" and record.evidence["rows_after"] == len(merged)
+
+    rc, out, stats = playbook(inv, "playbooks/merge.yml")
+    assert rc == 0 and stats["changed"] == 0, out[-4000:]
