@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sglfleet_testing.standin.process import standin_argv
@@ -18,6 +19,7 @@ from test_status import consecutive_free_ports
 
 from sglfleet.fleet import _health as health
 from sglfleet.fleet import _ledger as ledger
+from sglfleet.gen import _job as gen_job
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -149,9 +151,15 @@ def _record(tmp_path: Path, inv: Path, job: dict, max_failures: int) -> tuple[in
     return rc, out
 
 
-def _job(status: str, failed: int) -> dict:
+def _job(status: str, failed: int, max_failures: int = 0) -> dict:
+    """A finished job as generation_job returns it: its phase_done is the package's own verdict."""
     counts = {"total": 600, "done": 600 - failed, "failed": failed}
+    manifest = SimpleNamespace(status=status, counts=SimpleNamespace(failed=failed))
+    phase_done, _ = gen_job.verdict(
+        SimpleNamespace(manifest=manifest, running=False, exit_status=None), max_failures
+    )
     return {
+        "phase_done": phase_done,
         "unit": "sglfleet-gen-x.service",
         "status": status,
         "counts": counts,
@@ -175,7 +183,7 @@ def test_generate_is_done_only_within_the_failure_tolerance(
     tmp_path: Path, status: str, failed: int, max_failures: int, recorded: str
 ) -> None:
     inv = inventory(tmp_path)
-    rc, out = _record(tmp_path, inv, _job(status, failed), max_failures)
+    rc, out = _record(tmp_path, inv, _job(status, failed, max_failures), max_failures)
     record = ledger.load_ledger(tmp_path / "fleet" / "ledger.json").phases["generate"]
     assert record.status == recorded, out[-3000:]
     assert record.evidence["failed"] == failed and record.evidence["max_failures"] == max_failures
