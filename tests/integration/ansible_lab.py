@@ -41,6 +41,8 @@ CT_SSH_PORT = 2222
 
 # The interpreter CT 200 runs modules with in these tests: the venv with sglfleet in it.
 MODULE_PYTHON = "/opt/sglfleet/venv/bin/python"
+# The venv prepared_ct installs the stand-in into (sglfleet-testing is not in the runtime venv).
+STANDIN_PYTHON = "/opt/sglang/venv/bin/python"
 # Where the fake_nvidia_smi fixture puts tests/integration/files/nvidia-smi in CT 200.
 FAKE_NVIDIA_SMI = "/usr/local/lib/sglfleet-test/nvidia-smi"
 

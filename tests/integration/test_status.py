@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import MODULE_PYTHON, REPO, Ansible, Container, PlaybookRun
+from ansible_lab import MODULE_PYTHON, REPO, STANDIN_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -32,9 +32,8 @@ STOP = f"systemctl stop '{UNIT}-*.service'; systemctl reset-failed '{UNIT}-*.ser
 
 def start_instance(i: int) -> str:
     """The command that starts instance i as a transient unit of its own."""
-    return (
-        f"systemd-run --unit={UNIT}-{i} --quiet {MODULE_PYTHON} -m sglfleet_testing.standin {standin_args(i)}"
-    )
+    standin = f"{STANDIN_PYTHON} -m sglfleet_testing.standin"
+    return f"systemd-run --unit={UNIT}-{i} --quiet {standin} {standin_args(i)}"
 
 
 def standin_args(i: int) -> str:
