@@ -38,7 +38,8 @@ def _lines(path: Path) -> int:
 
 def test_a_draining_instance_gets_no_new_requests_and_exits_while_the_job_runs(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    ids = write_conversations(inp, 600)
+    # long enough that the job outlives the drain even on a loaded machine (about 15 s unloaded)
+    ids = write_conversations(inp, 2000)
     outcome: list[Outcome] = []
     with fleet(SLOW, SLOW) as (draining, staying):
         config = GenerateConfig(

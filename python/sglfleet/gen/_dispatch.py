@@ -281,7 +281,7 @@ class EndpointPool:
             except Exception:
                 healthy = False
             if not healthy and ep.up and not self._closed:
-                self._take_out(ep)
+                self.take_out(ep)
 
     async def aclose(self) -> None:
         self._closed = True
