@@ -1,5 +1,3 @@
-import sys
+from sglfleet.cli import run
 
-from sglfleet.cli import main
-
-sys.exit(main())
+run()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -53,5 +54,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def run() -> None:
+    """The program's entry point (`sglfleet`, `python -m sglfleet`): main()'s code as the exit status."""
+    code = main()
+    if code == 130:
+        # A KeyboardInterrupt that passed through source run by exec() (dataclasses builds methods that
+        # way while a module imports) sets CPython's "unhandled interrupt" flag even though main() caught
+        # it, and the interpreter then ends by re-raising SIGINT (status -2) instead of 130.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
