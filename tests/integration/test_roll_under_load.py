@@ -99,7 +99,7 @@ def test_a_rolling_restart_under_load_loses_and_duplicates_nothing(fleet: Fleet)
     job_log = fleet.tmp / "job.log"
     with job_log.open("wb") as log:  # the key through the environment, as a user would (not argv)
         job = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SGLANG_API_KEY": API_KEY}
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SGLFLEET_API_KEY": API_KEY}
         )
     try:
         deadline = time.monotonic() + 60

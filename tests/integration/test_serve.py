@@ -309,7 +309,8 @@ BAD_VARIABLES = {
         "sglang_fleet_instances is 9 but ct200 has 8 GPU(s)",
     ),
     "instances but no GPU": (
-        {"sglang_fleet_check_gpus": True},
+        # the CT may have the lab's stand-in nvidia-smi (phase toolchain): ask one that is not there
+        {"sglang_fleet_check_gpus": True, "sglang_fleet_nvidia_smi": "/nonexistent/nvidia-smi"},
         "sglang_fleet_instances is 8 but ct200 has 0 GPU(s) (nvidia-smi found: False)",
     ),
     "missing model path": (
