@@ -33,6 +33,7 @@ EnvironmentFile; it is never a word of any command line:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import re
@@ -95,6 +96,19 @@ def _refuse_key_on_command_line(args: Sequence[str]) -> str | None:
     return None
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> None:
+    """The server dies (SIGKILL) when the launcher does, as systemd's MainPID: a launcher killed from
+    outside (OOM, kill -9) must not leave an orphaned server holding the GPU and the port, which would
+    keep the unit from restarting. SGLang's own children follow the server (they watch their parent)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(128 + signal.SIGKILL)
+
+
 def _serve(module: str, args: list[str], environ: MutableMapping[str, str]) -> int:
     """The child: run `module` in-process with the key handed over in memory."""
     key = environ.pop(KEY_VARIABLE, "")
@@ -154,8 +168,10 @@ def main(argv: Sequence[str] | None = None, environ: MutableMapping[str, str] | 
     sys.stderr.flush()
     # A stop signal that comes between the fork and the parent's handlers waits (blocked) for them.
     signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    parent = os.getpid()
     child = os.fork()
     if child == 0:  # pragma: no cover (the child's coverage is measured by the process tests)
+        _die_with_parent(parent)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         try:
             code = _serve(args[0], args[1:], environ)

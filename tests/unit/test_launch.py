@@ -135,6 +135,31 @@ def test_a_server_that_dies_unasked_is_a_failure(tmp_path):
         process.wait()
 
 
+def test_a_launcher_killed_from_outside_takes_its_server_with_it(tmp_path):
+    """kill -9 of the unit's MainPID (the launcher) must not orphan the server: systemd then restarts."""
+    port, log = free_port(), tmp_path / "out.log"
+    process = _launch(*_standin_args(port), log=log)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", process)
+        server = _tree(process.pid)[1]
+        process.kill()
+        process.wait(10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{server}").exists() and _state(server) != "Z":
+            assert time.monotonic() < deadline, "the server outlived its launcher"
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "gone"
+
+
 def test_the_server_modules_exit_code_is_the_launchers(tmp_path):
     process = _launch("sglfleet_testing.standin", "--no-such-flag", log=tmp_path / "out.log")
     assert process.wait(30) == 2
