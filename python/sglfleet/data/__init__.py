@@ -12,8 +12,9 @@
 so that merging works on a host without it.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sglfleet._lazy import exports
 from sglfleet.data._categories import CATEGORIES, classify
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, cache_dir
@@ -52,9 +53,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"sglfleet.data.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'sglfleet.data' has no attribute {name!r}")
+__getattr__ = exports(__name__, _LAZY)

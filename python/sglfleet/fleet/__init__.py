@@ -8,40 +8,85 @@
 - `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
 
-from sglfleet.fleet._gpus import ComputeProcess, Gpu, GpuFacts, GpuQueryError
-from sglfleet.fleet._gpus import query as query_gpus
-from sglfleet.fleet._health import (
-    Endpoint,
-    FleetHealth,
-    InstanceHealth,
-    check_fleet,
-    endpoint_from_url,
-    endpoints_from_range,
-    endpoints_from_urls,
-)
-from sglfleet.fleet._instances import (
-    ATTENTION_BACKENDS,
-    FleetSpec,
-    GpuInventory,
-    InstanceSpec,
-    Observed,
-    Plan,
-    observe,
-    plan,
-    write_env_files,
-)
-from sglfleet.fleet._ledger import (
-    PHASES,
-    STATUSES,
-    Ledger,
-    LedgerError,
-    PhaseRecord,
-    load_ledger,
-    record_phase,
-    remove_phase,
-)
-from sglfleet.fleet._status import FleetStatus, gather_status, render
-from sglfleet.fleet._training import TrainingJob, TrainingProcess, TrainingUnit, discover
+from typing import TYPE_CHECKING
+
+from sglfleet._lazy import exports
+
+if TYPE_CHECKING:
+    from sglfleet.fleet._gpus import ComputeProcess, Gpu, GpuFacts, GpuQueryError
+    from sglfleet.fleet._gpus import query as query_gpus
+    from sglfleet.fleet._health import (
+        Endpoint,
+        FleetHealth,
+        InstanceHealth,
+        check_fleet,
+        endpoint_from_url,
+        endpoints_from_range,
+        endpoints_from_urls,
+    )
+    from sglfleet.fleet._instances import (
+        ATTENTION_BACKENDS,
+        FleetSpec,
+        GpuInventory,
+        InstanceSpec,
+        Observed,
+        Plan,
+        observe,
+        plan,
+        write_env_files,
+    )
+    from sglfleet.fleet._ledger import (
+        PHASES,
+        STATUSES,
+        Ledger,
+        LedgerError,
+        PhaseRecord,
+        load_ledger,
+        record_phase,
+        remove_phase,
+    )
+    from sglfleet.fleet._status import FleetStatus, gather_status, render
+    from sglfleet.fleet._training import TrainingJob, TrainingProcess, TrainingUnit, discover
+
+# Each name's submodule is imported when the name is first used (sglfleet._lazy).
+_EXPORTS = {
+    "ComputeProcess": "_gpus",
+    "Gpu": "_gpus",
+    "GpuFacts": "_gpus",
+    "GpuQueryError": "_gpus",
+    "query_gpus": "_gpus:query",
+    "Endpoint": "_health",
+    "FleetHealth": "_health",
+    "InstanceHealth": "_health",
+    "check_fleet": "_health",
+    "endpoint_from_url": "_health",
+    "endpoints_from_range": "_health",
+    "endpoints_from_urls": "_health",
+    "ATTENTION_BACKENDS": "_instances",
+    "FleetSpec": "_instances",
+    "GpuInventory": "_instances",
+    "InstanceSpec": "_instances",
+    "Observed": "_instances",
+    "Plan": "_instances",
+    "observe": "_instances",
+    "plan": "_instances",
+    "write_env_files": "_instances",
+    "PHASES": "_ledger",
+    "STATUSES": "_ledger",
+    "Ledger": "_ledger",
+    "LedgerError": "_ledger",
+    "PhaseRecord": "_ledger",
+    "load_ledger": "_ledger",
+    "record_phase": "_ledger",
+    "remove_phase": "_ledger",
+    "FleetStatus": "_status",
+    "gather_status": "_status",
+    "render": "_status",
+    "TrainingJob": "_training",
+    "TrainingProcess": "_training",
+    "TrainingUnit": "_training",
+    "discover": "_training",
+}
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -81,3 +126,5 @@ __all__ = [
     "render",
     "write_env_files",
 ]
+
+__getattr__ = exports(__name__, _EXPORTS)

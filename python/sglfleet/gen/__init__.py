@@ -9,11 +9,33 @@
 - `job`: the job as a systemd unit on a fleet host (what the `generation_job` module drives).
 """
 
-from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config, run
-from sglfleet.gen._formats import GenParams, InputFormat
-from sglfleet.gen._manifest import Manifest, ManifestError
-from sglfleet.gen._progress import Reporter, reporter_for
-from sglfleet.gen._watch import JobStatus, job_status
+from typing import TYPE_CHECKING
+
+from sglfleet._lazy import exports
+
+if TYPE_CHECKING:
+    from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config, run
+    from sglfleet.gen._formats import GenParams, InputFormat
+    from sglfleet.gen._manifest import Manifest, ManifestError
+    from sglfleet.gen._progress import Reporter, reporter_for
+    from sglfleet.gen._watch import JobStatus, job_status
+
+# Each name's submodule is imported when the name is first used (sglfleet._lazy).
+_EXPORTS = {
+    "ExitCode": "_engine",
+    "GenerateConfig": "_engine",
+    "Outcome": "_engine",
+    "check_config": "_engine",
+    "run": "_engine",
+    "GenParams": "_formats",
+    "InputFormat": "_formats",
+    "Manifest": "_manifest",
+    "ManifestError": "_manifest",
+    "Reporter": "_progress",
+    "reporter_for": "_progress",
+    "JobStatus": "_watch",
+    "job_status": "_watch",
+}
 
 __all__ = [
     "ExitCode",
@@ -30,3 +52,5 @@ __all__ = [
     "reporter_for",
     "run",
 ]
+
+__getattr__ = exports(__name__, _EXPORTS)

@@ -8,9 +8,27 @@
   for a locked CT, relays the warnings of tasks that end with `WARNINGS: N`.
 """
 
-from sglfleet.pve._client import CtLocked, PveApiError, PveClient, TaskFailed
-from sglfleet.pve._config import ContainerSpec, SpecError
-from sglfleet.pve._lxc import EnsureResult, check_node_devices, ensure
+from typing import TYPE_CHECKING
+
+from sglfleet._lazy import exports
+
+if TYPE_CHECKING:
+    from sglfleet.pve._client import CtLocked, PveApiError, PveClient, TaskFailed
+    from sglfleet.pve._config import ContainerSpec, SpecError
+    from sglfleet.pve._lxc import EnsureResult, check_node_devices, ensure
+
+# Each name's submodule is imported when the name is first used (sglfleet._lazy).
+_EXPORTS = {
+    "CtLocked": "_client",
+    "PveApiError": "_client",
+    "PveClient": "_client",
+    "TaskFailed": "_client",
+    "ContainerSpec": "_config",
+    "SpecError": "_config",
+    "EnsureResult": "_lxc",
+    "check_node_devices": "_lxc",
+    "ensure": "_lxc",
+}
 
 __all__ = [
     "ContainerSpec",
@@ -23,3 +41,5 @@ __all__ = [
     "check_node_devices",
     "ensure",
 ]
+
+__getattr__ = exports(__name__, _EXPORTS)
