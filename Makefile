@@ -12,10 +12,10 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_FLAGS ?=
 
-.PHONY: help deps venv lint sanity collection test test-unit test-lab test-integration demo demo-summary lab-up lab-down lab-status clean
+.PHONY: help deps venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-fleet test-integration-roles demo demo-summary lab-up lab-down lab-status clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 deps: ## install the Debian packages the venv and the lab need (scripts/install-deps; a no-op when all are there)
 	@scripts/install-deps
@@ -32,8 +32,11 @@ venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfle
 timed = TIMEFORMAT='== $(1): %1R s'; time
 # The lab is one resource per machine: whoever uses it holds this lock (the test sessions take it themselves).
 LAB_LOCK := /tmp/sglfleet-lab.lock
-# Jobs of the first stage of `make test` (lint, unit tests, lab bring-up run side by side).
+# Jobs of `make test`: lint, the unit tests and the lab's tests run side by side.
 TEST_JOBS ?= 3
+# The role tests converge on a lab CT of their own while the other integration modules use CT 200.
+ROLE_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py
+ROLE_TESTS_CT ?= 201
 
 lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook
 	$(call timed,ruff check) $(BIN)/ruff check .
@@ -56,15 +59,27 @@ test-unit: venv ## fast tests: no lab needed
 test-lab: venv lab-up ## the lab's own smoke tests (needs root)
 	$(call timed,test-lab) $(BIN)/pytest tests/lab $(PYTEST_FLAGS)
 
-test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root)
-	$(call timed,test-integration) $(BIN)/pytest tests/integration $(PYTEST_FLAGS)
+# Two sessions side by side under one hold of the lab lock (each sees that its ancestor holds it): the role
+# tests on CT $(ROLE_TESTS_CT) (real nvcc and ptxas runs, mostly CPU), the rest on CT 200 (mostly waiting on
+# systemd, health gates and warm-ups).
+test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root): CT 200 and the role tests' CT side by side
+	$(call timed,test-integration) flock $(LAB_LOCK) $(MAKE) --no-print-directory -j2 --output-sync=target \
+	  test-integration-fleet test-integration-roles
 
-# Lint, the unit tests and the lab's bring-up (a debootstrap on a fresh machine) need neither the lab lock nor
-# each other: they run side by side (each one's output printed whole when it ends); then the lab's tests.
-test: deps venv ## every check (installs missing Debian packages first): lint, unit tests and lab-up side by side, then the lab and integration tests
-	$(call timed,lint + test-unit + lab-up) $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
-	  lint test-unit lab-up
+test-integration-fleet: venv lab-up ## the integration tests on CT 200 (all but the role tests)
+	$(call timed,test-integration-fleet) $(BIN)/pytest tests/integration $(addprefix --ignore=,$(ROLE_TESTS)) $(PYTEST_FLAGS)
+
+test-integration-roles: venv lab-up ## the role tests (cuda_toolchain, sglang) on their own CT (201 unless ROLE_TESTS_CT says)
+	$(call timed,test-integration-roles) SGLFLEET_ROLE_TESTS_TARGET=lab:$(ROLE_TESTS_CT) $(BIN)/pytest $(ROLE_TESTS) $(PYTEST_FLAGS)
+
+test-labs: venv ## lab-up, the lab's own tests, then the integration tests: everything that needs the lab, in order
 	$(MAKE) --no-print-directory test-lab test-integration
+
+# Lint and the unit tests need neither the lab nor each other; the lab's tests spend most of their time waiting
+# (debootstrap's downloads, container boots, systemd, health gates). All three run side by side, each one's
+# output printed whole when it ends.
+test: deps venv ## every check (installs missing Debian packages first): lint, unit tests and the lab's tests side by side
+	$(call timed,make test) $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit test-labs
 
 lab-up: venv ## bring up the lab (fakepve on 127.0.0.1:8006, the LXC template); a no-op when it is up
 	$(call timed,lab-up) flock $(LAB_LOCK) $(PY) -m sglfleet_testing.lab up

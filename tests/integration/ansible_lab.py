@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import yaml
+from sglfleet_testing.lab.driver import module_steady
 from sglfleet_testing.lab.lock import LAB_LOCK, held_by_ancestor  # noqa: F401 - LAB_LOCK: for the tests
 
 REPO = ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +47,9 @@ STANDIN_PYTHON = "/opt/sglang/venv/bin/python"
 # Where the fake_nvidia_smi fixture puts tests/integration/files/nvidia-smi in CT 200.
 FAKE_NVIDIA_SMI = "/usr/local/lib/sglfleet-test/nvidia-smi"
 
-# The role tests (cuda_toolchain, sglang): on CT 200 every path lives under LAB_ROOT; set
-# SGLFLEET_ROLE_TESTS_TARGET=local to run them on this machine instead.
+# Where the role tests (cuda_toolchain, sglang) converge, every path under LAB_ROOT: `lab` (CT 200, the
+# default), `lab:VMID` (a lab CT of their own, made and prepared as CT 200 is: `make test` runs them there,
+# beside the other modules on CT 200), or `local` (this machine).
 TARGET_ENV = "SGLFLEET_ROLE_TESTS_TARGET"
 LAB_ROOT = "/opt/sglfleet-test"
 LAB_MODULE_PYTHON = MODULE_PYTHON
@@ -195,26 +197,29 @@ class Ansible:
         return run_playbook(playbook, inventory or self.inventory, *args, timeout=timeout, env=self.env)
 
 
-def host_inventory(path: Path, *, name: str = CT_HOST, python: str = MODULE_PYTHON) -> Path:
-    """An inventory of CT 200 alone (group fleet, no group_vars): its connection and its python."""
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "fleet": {
-                    "hosts": {
-                        name: {
-                            "ansible_host": "127.0.0.1",
-                            "ansible_port": CT_SSH_PORT,
-                            "ansible_user": "root",
-                            "ansible_ssh_private_key_file": str(SSH_KEY),
-                            "ansible_python_interpreter": python,
-                        }
-                    }
-                }
-            }
-        )
-    )
+def host_inventory(
+    path: Path, *, name: str = CT_HOST, python: str = MODULE_PYTHON, port: int = CT_SSH_PORT
+) -> Path:
+    """An inventory of one lab CT (CT 200 unless told) alone: group fleet, its connection and its python,
+    no group_vars."""
+    host = {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": port,
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(SSH_KEY),
+    }
+    if python:
+        host["ansible_python_interpreter"] = python
+    path.write_text(yaml.safe_dump({"fleet": {"hosts": {name: host}}}))
     return path
+
+
+def lab_inventory(directory: Path, *, vmid: int, port: int) -> Path:
+    """inventory/lab with lab CT `vmid` in place of CT 200: the same group_vars, that CT in group fleet."""
+    directory.mkdir(parents=True, exist_ok=True)
+    host_inventory(directory / "hosts.yml", name=f"ct{vmid}", python="", port=port)
+    (directory / "group_vars").symlink_to(INVENTORY / "group_vars", target_is_directory=True)
+    return directory
 
 
 # -- a lab container over SSH --------------------------------------------------------------------------
@@ -380,25 +385,21 @@ class LocalTarget(Target):
 
 
 class LabTarget(Target):
-    def __init__(self, work: Path, container: Container) -> None:
+    def __init__(self, work: Path, container: Container, inventory: Path = INVENTORY) -> None:
         self.work = work
         self.root = LAB_ROOT
         self.module_python = LAB_MODULE_PYTHON
-        self.inventory = INVENTORY
+        self.inventory = inventory
         self.container = container
+
+    def play(self, playbook: str, *extra: str, overrides: dict | None = None) -> PlaybookRun:
+        # toolchain.yml installs the driver userspace for the module the lab declares; test_host_phase,
+        # maybe running beside these in the other session, changes that declaration for a while.
+        with module_steady():
+            return super().play(playbook, *extra, overrides=overrides)
 
     def sh(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return self.container.run(f"bash -c {shlex.quote(script)}", check=False, timeout=timeout)
-
-
-def make_target(request, work: Path) -> Target:
-    """The lab's CT 200 (prepared by the shared fixture), or this machine when asked for; emptied."""
-    if os.environ.get(TARGET_ENV, "lab") == "local":
-        target: Target = LocalTarget(work)
-    else:
-        target = LabTarget(work, request.getfixturevalue("prepared_ct"))
-    target.reset()
-    return target
 
 
 @functools.cache

@@ -10,12 +10,26 @@ The modules run in an order that makes the most of that (see pytest_collection_m
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import CT_HOST, CT_VMID, FAKE_NVIDIA_SMI, Ansible, Container, Target, make_target, wait_until
+from ansible_lab import (
+    CT_VMID,
+    FAKE_NVIDIA_SMI,
+    INVENTORY,
+    TARGET_ENV,
+    Ansible,
+    Container,
+    LabTarget,
+    LocalTarget,
+    Target,
+    lab_inventory,
+    wait_until,
+)
 from proxmoxer import ProxmoxAPI
 from sglfleet_testing.lab.lock import LabLockTimeout, hold
 from sglfleet_testing.lab.service import up
@@ -102,32 +116,48 @@ def ct(ct200: Container) -> Container:
     return ct200
 
 
-# The fixtures here build on `ct200`, not on `ct`, so that a test module may define a `ct` of its own
-# on top of `prepared_ct` (test_generate_job does) without a cycle.
-@pytest.fixture(scope="session")
-def ct200(lab_settings: LabSettings, lab_pve: ProxmoxAPI) -> Iterator[Container]:
-    """CT 200 (see `ct`)."""
-    lab, pve = lab_settings, lab_pve
+def lab_ct(lab: LabSettings, pve: ProxmoxAPI, vmid: int) -> Container:
+    """Lab CT `vmid` running and answering SSH (on 127.0.0.1, port lab.ssh_port(vmid)): created and
+    started through the lab's PVE API when it is not (as playbooks/provision.yml would), with room for
+    a fleet."""
     start = time.monotonic()
     lxc = pve.nodes(lab.node).lxc
-    if CT_VMID not in [int(c["vmid"]) for c in lxc.get()]:
+    if vmid not in [int(c["vmid"]) for c in lxc.get()]:
         upid = lxc.post(
-            vmid=CT_VMID,
+            vmid=vmid,
             ostemplate=lab.ostemplate,
             storage=lab.rootfs_storage,
-            hostname=CT_HOST,
+            hostname=f"ct{vmid}",
             cores=2,
             memory=CT_MEMORY_MIB,
             **{"ssh-public-keys": lab.ssh_key.with_suffix(".pub").read_text()},
         )
         wait_task(pve, lab.node, upid)
-    elif int(lxc(CT_VMID).config.get().get("memory", 512)) < CT_MEMORY_MIB:
-        lxc(CT_VMID).config.put(memory=CT_MEMORY_MIB)
-    if lxc(CT_VMID).status.current.get()["status"] != "running":
-        wait_task(pve, lab.node, lxc(CT_VMID).status.start.post())
-    container = Container()
+    elif int(lxc(vmid).config.get().get("memory", 512)) < CT_MEMORY_MIB:
+        lxc(vmid).config.put(memory=CT_MEMORY_MIB)
+    if lxc(vmid).status.current.get()["status"] != "running":
+        wait_task(pve, lab.node, lxc(vmid).status.start.post())
+    container = Container(port=lab.ssh_port(vmid), name=f"CT {vmid}")
     container.wait_reachable(timeout=60)
-    print(f"CT 200 answers SSH {time.monotonic() - start:.1f} s after the lab was up")
+    print(f"CT {vmid} answers SSH {time.monotonic() - start:.1f} s after the lab was up")
+    return container
+
+
+def prepare(ansible: Ansible, container: Container, inventory: Path = INVENTORY) -> Container:
+    """The sglfleet runtime (the modules' interpreter) and the stand-in in /opt/sglang/venv, by
+    tests/integration/prepare_sglfleet.yml."""
+    run = ansible.playbook("tests/integration/prepare_sglfleet.yml", inventory=inventory)
+    assert run.rc == 0, run.explain()
+    print(f"{container.name} prepared in {run.seconds:.1f} s")
+    return container
+
+
+# The fixtures here build on `ct200`, not on `ct`, so that a test module may define a `ct` of its own
+# on top of `prepared_ct` (test_generate_job does) without a cycle.
+@pytest.fixture(scope="session")
+def ct200(lab_settings: LabSettings, lab_pve: ProxmoxAPI) -> Iterator[Container]:
+    """CT 200 (see `ct`)."""
+    container = lab_ct(lab_settings, lab_pve, CT_VMID)
     yield container
     container.disconnect()
 
@@ -136,10 +166,7 @@ def ct200(lab_settings: LabSettings, lab_pve: ProxmoxAPI) -> Iterator[Container]
 def prepared_ct(ct200: Container, ansible: Ansible) -> Container:
     """CT 200 with this checkout's sglfleet in the runtime venv (the modules' interpreter) and in
     /opt/sglang/venv (the stand-in); the lab's model store comes with every lab container."""
-    run = ansible.playbook("tests/integration/prepare_sglfleet.yml")
-    assert run.rc == 0, run.explain()
-    print(f"CT 200 prepared in {run.seconds:.1f} s")
-    return ct200
+    return prepare(ansible, ct200)
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +178,29 @@ def fake_nvidia_smi(ct200: Container) -> str:
 
 
 @pytest.fixture(scope="session")
-def role_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
-    """Where the role tests (cuda_toolchain, sglang) converge: CT 200 under /opt/sglfleet-test, or this
-    machine with SGLFLEET_ROLE_TESTS_TARGET=local; emptied once per session, then shared."""
-    return make_target(request, tmp_path_factory.mktemp("roles"))
+def role_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """Where the role tests (cuda_toolchain, sglang) converge, emptied once per session, then shared:
+    SGLFLEET_ROLE_TESTS_TARGET=lab (CT 200 under /opt/sglfleet-test, the default), lab:VMID (a lab CT
+    of their own, made and prepared like CT 200; `make test` runs them on CT 201 beside the CT 200
+    modules) or local (this machine)."""
+    where = os.environ.get(TARGET_ENV, "lab")
+    work = tmp_path_factory.mktemp("roles")
+    own = re.fullmatch(r"lab:(\d+)", where)
+    container = None
+    if where == "local":
+        target: Target = LocalTarget(work)
+    elif where == "lab":
+        target = LabTarget(work, request.getfixturevalue("prepared_ct"))
+    elif own and int(own[1]) != CT_VMID:
+        lab: LabSettings = request.getfixturevalue("lab_settings")
+        vmid = int(own[1])
+        container = lab_ct(lab, request.getfixturevalue("lab_pve"), vmid)
+        inventory = lab_inventory(work / "inventory", vmid=vmid, port=lab.ssh_port(vmid))
+        prepare(request.getfixturevalue("ansible"), container, inventory)
+        target = LabTarget(work, container, inventory)
+    else:
+        pytest.fail(f"{TARGET_ENV}={where!r}: expected lab, lab:VMID (not {CT_VMID}) or local")
+    target.reset()
+    yield target
+    if container is not None:
+        container.disconnect()

@@ -19,6 +19,7 @@ from sglfleet_testing.lab.driver import (
     DEFAULT_MODULE_VERSION,
     build_installer,
     declare_module,
+    module_changing,
 )
 from sglfleet_testing.lab.hfhub import HUB_TOKEN
 from sglfleet_testing.lab.node import declare_node_driver, reboot_node
@@ -138,15 +139,13 @@ def test_userspace_matches_the_module_and_follows_it(ansible: Ansible, ct_sees_t
     assert userspace(ansible).recap["changed"] == 0
     # the host's module changed: check mode says so, a run reinstalls
     build_installer(SETTINGS, "580.105.08")
-    declare_module(SETTINGS, "580.105.08")
-    try:
+    with module_changing(SETTINGS):
+        declare_module(SETTINGS, "580.105.08")
         assert "Driver/library version mismatch" in ct.run(smi, check=False).stdout
         assert userspace(ansible, "--check").recap["changed"] > 0
         run = userspace(ansible)
         assert run.rc == 0, run.explain()
         assert set(ct.out(smi).split()) == {"580.105.08"}
-    finally:
-        declare_module(SETTINGS, DEFAULT_MODULE_VERSION)
     assert userspace(ansible).rc == 0
     assert set(ct.out(smi).split()) == {DEFAULT_MODULE_VERSION}
 
@@ -154,7 +153,7 @@ def test_userspace_matches_the_module_and_follows_it(ansible: Ansible, ct_sees_t
 def test_userspace_refuses_an_old_branch_and_an_unknown_checksum(
     ansible: Ansible, ct_sees_the_module: Container
 ) -> None:
-    try:
+    with module_changing(SETTINGS):
         declare_module(SETTINGS, "570.172.08")
         run = userspace(ansible)
         assert run.rc != 0
@@ -167,8 +166,6 @@ def test_userspace_refuses_an_old_branch_and_an_unknown_checksum(
         declare_module(SETTINGS, None)
         run = userspace(ansible)
         assert run.rc != 0 and "the host's nvidia kernel module is not loaded" in flat(run)
-    finally:
-        declare_module(SETTINGS, DEFAULT_MODULE_VERSION)
 
 
 # ------------------------------------------------------------------ the model

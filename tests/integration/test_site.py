@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import httpx
 import pytest
 from ansible_lab import REPO, Ansible, Container, PlaybookRun
 
@@ -37,11 +38,15 @@ def converged(ct: Container, ansible: Ansible) -> PlaybookRun:
     return run
 
 
-def test_site_brings_every_phase_up_to_a_healthy_fleet(converged: PlaybookRun) -> None:
+def test_site_brings_every_phase_up_to_a_healthy_fleet(converged: PlaybookRun, ct: Container) -> None:
     for phase in PHASES:
         assert f"│ {phase:<13} │ done" in converged.output, phase
     assert "Instances (8/8 healthy)" in converged.output
     assert "all 8 instances healthy" in converged.output
+    # Phase sglang decided SM120's backend (the lab's GPUs are RTX PRO 6000s) and every instance runs it.
+    assert "SGLANG_ATTENTION_BACKEND=flashinfer" in ct.out("cat /etc/sglang/common.env")
+    for port in range(30000, 30008):
+        assert httpx.get(f"http://127.0.0.1:{port}/server_info").json()["attention_backend"] == "flashinfer"
 
 
 def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, ct: Container) -> None:

@@ -20,17 +20,24 @@ The lab has no GPU and no nvidia module, so it builds both halves itself:
 - `declare_module(settings, version)`: writes `<state>/proc-driver/nvidia/version` in the real
   driver's format; the lab's containers bind-mount `<state>/proc-driver` over their /proc/driver
   (container.py), so the CT reads the declared module version where a real CT reads the host's.
+- Every lab CT sees that one declaration, as every CT of a node sees the host's module. A test that
+  changes it does so inside `module_changing(settings)` (the driver lock, exclusive, and the default
+  declared again on the way out); a test session that runs the driver's userspace in another CT at the
+  same time runs each play inside `module_steady()` (shared).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hashlib
 import io
 import re
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +45,9 @@ from .settings import LabSettings
 
 # The module version the lab declares unless told otherwise: the 580 branch, the first with CUDA 13.
 DEFAULT_MODULE_VERSION = "580.95.05"
+# Taken shared by whoever needs the declared module to stay put, exclusive by whoever changes it. Outside
+# the state directory, which `lab down` removes while others may hold this.
+DRIVER_LOCK = Path("/tmp/sglfleet-lab-driver.lock")
 VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
 # The version in /proc/driver/nvidia/version: "... Kernel Module  550.54.14  ..." (proprietary) or
 # "... Open Kernel Module for x86_64  580.95.05  ..." (open modules).
@@ -317,6 +327,34 @@ def declare_module(settings: LabSettings, version: str | None) -> Path:
         version_file.write_text(MODULE_LINE.format(version=check_version(version)))
         version_file.chmod(0o444)
     return version_file
+
+
+@contextlib.contextmanager
+def _driver_lock(mode: int) -> Iterator[None]:
+    with DRIVER_LOCK.open("a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def module_steady() -> Iterator[None]:
+    """The declared module does not change during the block (other holders of this may share it)."""
+    with _driver_lock(fcntl.LOCK_SH):
+        yield
+
+
+@contextlib.contextmanager
+def module_changing(settings: LabSettings, default: str = DEFAULT_MODULE_VERSION) -> Iterator[None]:
+    """The block may declare other module versions; nobody in module_steady() runs meanwhile, and
+    `default` is declared again at the end, however the block ends."""
+    with _driver_lock(fcntl.LOCK_EX):
+        try:
+            yield
+        finally:
+            declare_module(settings, default)
 
 
 def declared_module(settings: LabSettings) -> str | None:
