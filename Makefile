@@ -12,10 +12,10 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_FLAGS ?=
 
-.PHONY: help deps venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-fleet test-integration-roles demo demo-summary lab-up lab-down lab-status clean
+.PHONY: help deps venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 demo demo-summary lab-up lab-down lab-status clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 deps: ## install the Debian packages the venv and the lab need (scripts/install-deps; a no-op when all are there)
 	@scripts/install-deps
@@ -34,9 +34,8 @@ timed = TIMEFORMAT='== $(1): %1R s'; time
 LAB_LOCK := /tmp/sglfleet-lab.lock
 # Jobs of `make test`: lint, the unit tests and the lab's tests run side by side.
 TEST_JOBS ?= 3
-# The role tests converge on a lab CT of their own while the other integration modules use CT 200.
-ROLE_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py
-ROLE_TESTS_CT ?= 201
+# The integration modules that can run on a lab CT of their own (SGLFLEET_TEST_CT) do, beside the others on CT 200.
+OWN_CT_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py tests/integration/test_site.py
 
 lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook
 	$(call timed,ruff check) $(BIN)/ruff check .
@@ -60,20 +59,22 @@ test-lab: venv lab-up ## the lab's own smoke tests (needs root)
 	$(call timed,test-lab) $(BIN)/pytest tests/lab $(PYTEST_FLAGS)
 
 # Two sessions side by side under one hold of the lab lock (each sees that its ancestor holds it): the role
-# tests on CT $(ROLE_TESTS_CT) (real nvcc and ptxas runs, mostly CPU), the rest on CT 200 (mostly waiting on
-# systemd, health gates and warm-ups).
-test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root): CT 200 and the role tests' CT side by side
+# tests and site.yml on CT 201 (real nvcc and ptxas runs, mostly CPU), the rest on CT 200 (mostly waiting on
+# systemd, health gates and warm-ups). The lab is up before the lock is taken; the sessions alone bring it up
+# themselves when it is not (a `make lab-up` under the lock would wait for the lock forever).
+test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root): the CT 200 and CT 201 sessions side by side
 	$(call timed,test-integration) flock $(LAB_LOCK) $(MAKE) --no-print-directory -j2 --output-sync=target \
-	  test-integration-fleet test-integration-roles
+	  test-integration-ct200 test-integration-ct201
 
-test-integration-fleet: venv lab-up ## the integration tests on CT 200 (all but the role tests)
-	$(call timed,test-integration-fleet) $(BIN)/pytest tests/integration $(addprefix --ignore=,$(ROLE_TESTS)) $(PYTEST_FLAGS)
+test-integration-ct200: venv ## the integration modules on CT 200 (all but those of ct201)
+	$(call timed,test-integration-ct200) $(BIN)/pytest tests/integration $(addprefix --ignore=,$(OWN_CT_TESTS)) $(PYTEST_FLAGS)
 
-test-integration-roles: venv lab-up ## the role tests (cuda_toolchain, sglang) on their own CT (201 unless ROLE_TESTS_CT says)
-	$(call timed,test-integration-roles) SGLFLEET_ROLE_TESTS_TARGET=lab:$(ROLE_TESTS_CT) $(BIN)/pytest $(ROLE_TESTS) $(PYTEST_FLAGS)
+test-integration-ct201: venv ## the role tests (cuda_toolchain, sglang) and site.yml on CT 201
+	$(call timed,test-integration-ct201) SGLFLEET_TEST_CT=201 $(BIN)/pytest $(OWN_CT_TESTS) $(PYTEST_FLAGS)
 
 test-labs: venv ## lab-up, the lab's own tests, then the integration tests: everything that needs the lab, in order
-	$(MAKE) --no-print-directory test-lab test-integration
+	@# -j1: one after the other, whatever -j the make above runs with (its jobserver would be shared).
+	$(MAKE) --no-print-directory -j1 test-lab test-integration
 
 # Lint and the unit tests need neither the lab nor each other; the lab's tests spend most of their time waiting
 # (debootstrap's downloads, container boots, systemd, health gates). All three run side by side, each one's

@@ -47,10 +47,12 @@ STANDIN_PYTHON = "/opt/sglang/venv/bin/python"
 # Where the fake_nvidia_smi fixture puts tests/integration/files/nvidia-smi in CT 200.
 FAKE_NVIDIA_SMI = "/usr/local/lib/sglfleet-test/nvidia-smi"
 
-# Where the role tests (cuda_toolchain, sglang) converge, every path under LAB_ROOT: `lab` (CT 200, the
-# default), `lab:VMID` (a lab CT of their own, made and prepared as CT 200 is: `make test` runs them there,
-# beside the other modules on CT 200), or `local` (this machine).
+# Where the role tests (cuda_toolchain, sglang) converge, every path under LAB_ROOT: `lab` (the session's
+# own CT, below; the default) or `local` (this machine).
 TARGET_ENV = "SGLFLEET_ROLE_TESTS_TARGET"
+# The lab CT of the modules that can run on a CT of their own (the role tests, test_site): CT 200 unless
+# this names another (`make test-integration-ct201` sets 201, beside a session on CT 200).
+OWN_CT_ENV = "SGLFLEET_TEST_CT"
 LAB_ROOT = "/opt/sglfleet-test"
 LAB_MODULE_PYTHON = MODULE_PYTHON
 
@@ -214,10 +216,15 @@ def host_inventory(
     return path
 
 
-def lab_inventory(directory: Path, *, vmid: int, port: int) -> Path:
-    """inventory/lab with lab CT `vmid` in place of CT 200: the same group_vars, that CT in group fleet."""
+def lab_inventory(directory: Path, *, vmid: int, port: int, host_vars: dict | None = None) -> Path:
+    """inventory/lab with lab CT `vmid` in place of CT 200 (and no PVE node): the same group_vars, that
+    CT alone in group fleet, with `host_vars`."""
     directory.mkdir(parents=True, exist_ok=True)
-    host_inventory(directory / "hosts.yml", name=f"ct{vmid}", python="", port=port)
+    hosts = directory / "hosts.yml"
+    host_inventory(hosts, name=f"ct{vmid}", python="", port=port)
+    inventory = yaml.safe_load(hosts.read_text())
+    inventory["fleet"]["hosts"][f"ct{vmid}"].update(host_vars or {})
+    hosts.write_text(yaml.safe_dump(inventory))
     (directory / "group_vars").symlink_to(INVENTORY / "group_vars", target_is_directory=True)
     return directory
 
@@ -305,6 +312,17 @@ class Container:
     def unit_props(self, unit: str, props: Sequence[str]) -> dict[str, str]:
         out = self.out(f"systemctl show {shlex.quote(unit)} " + " ".join(f"--property={p}" for p in props))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+@dataclass
+class OwnCt:
+    """The lab CT the modules that can run on a CT of their own use (the role tests, test_site), and the
+    inventory that reaches it: CT 200 and inventory/lab unless SGLFLEET_TEST_CT names another."""
+
+    vmid: int
+    container: Container
+    inventory: Path
+    port_base: int  # where its SGLang instances listen (the CTs share the host's network)
 
 
 # -- where the role tests converge -------------------------------------------------------------------

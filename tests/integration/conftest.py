@@ -11,7 +11,6 @@ The modules run in an order that makes the most of that (see pytest_collection_m
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +20,13 @@ from ansible_lab import (
     CT_VMID,
     FAKE_NVIDIA_SMI,
     INVENTORY,
+    OWN_CT_ENV,
     TARGET_ENV,
     Ansible,
     Container,
     LabTarget,
     LocalTarget,
+    OwnCt,
     Target,
     lab_inventory,
     wait_until,
@@ -178,29 +179,50 @@ def fake_nvidia_smi(ct200: Container) -> str:
 
 
 @pytest.fixture(scope="session")
-def role_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+def own_ct(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnCt]:
+    """SGLFLEET_TEST_CT=VMID: lab CT VMID, made by provision.yml and prepared, with inventory/lab's group_vars
+    and its own vmid, hostname and instance ports (30000 + 1000 per CT after 200): `make test` runs
+    these modules on CT 201 beside the others on CT 200. Unset: CT 200, prepared."""
+    vmid = int(os.environ.get(OWN_CT_ENV) or CT_VMID)
+    if vmid == CT_VMID:
+        yield OwnCt(CT_VMID, request.getfixturevalue("prepared_ct"), INVENTORY, 30000)
+        return
+    lab: LabSettings = request.getfixturevalue("lab_settings")
+    ansible: Ansible = request.getfixturevalue("ansible")
+    port_base = 30000 + 1000 * (vmid - CT_VMID)
+    inventory = lab_inventory(
+        tmp_path_factory.mktemp("own-ct") / "inventory",
+        vmid=vmid,
+        port=lab.ssh_port(vmid),
+        host_vars={
+            "pve_vmid": vmid,
+            "proxmox_lxc_hostname": f"ct{vmid}",
+            "sglang_fleet_port_base": port_base,
+        },
+    )
+    # Made as the inventory declares it (what site.yml's phase provision then finds converged).
+    run = ansible.playbook("provision.yml", inventory=inventory)
+    assert run.rc == 0, run.explain()
+    container = Container(port=lab.ssh_port(vmid), name=f"CT {vmid}")
+    container.wait_reachable(timeout=60)
+    prepare(ansible, container, inventory)
+    yield OwnCt(vmid, container, inventory, port_base)
+    container.disconnect()
+
+
+@pytest.fixture(scope="session")
+def role_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     """Where the role tests (cuda_toolchain, sglang) converge, emptied once per session, then shared:
-    SGLFLEET_ROLE_TESTS_TARGET=lab (CT 200 under /opt/sglfleet-test, the default), lab:VMID (a lab CT
-    of their own, made and prepared like CT 200; `make test` runs them on CT 201 beside the CT 200
-    modules) or local (this machine)."""
-    where = os.environ.get(TARGET_ENV, "lab")
+    the session's own CT (see own_ct) under /opt/sglfleet-test, or this machine with
+    SGLFLEET_ROLE_TESTS_TARGET=local."""
     work = tmp_path_factory.mktemp("roles")
-    own = re.fullmatch(r"lab:(\d+)", where)
-    container = None
+    where = os.environ.get(TARGET_ENV, "lab")
     if where == "local":
         target: Target = LocalTarget(work)
     elif where == "lab":
-        target = LabTarget(work, request.getfixturevalue("prepared_ct"))
-    elif own and int(own[1]) != CT_VMID:
-        lab: LabSettings = request.getfixturevalue("lab_settings")
-        vmid = int(own[1])
-        container = lab_ct(lab, request.getfixturevalue("lab_pve"), vmid)
-        inventory = lab_inventory(work / "inventory", vmid=vmid, port=lab.ssh_port(vmid))
-        prepare(request.getfixturevalue("ansible"), container, inventory)
-        target = LabTarget(work, container, inventory)
+        own: OwnCt = request.getfixturevalue("own_ct")
+        target = LabTarget(work, own.container, own.inventory)
     else:
-        pytest.fail(f"{TARGET_ENV}={where!r}: expected lab, lab:VMID (not {CT_VMID}) or local")
+        pytest.fail(f"{TARGET_ENV}={where!r}: expected lab or local")
     target.reset()
-    yield target
-    if container is not None:
-        container.disconnect()
+    return target
