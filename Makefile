@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_FLAGS ?=
 
-.PHONY: help deps venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 demo demo-summary lab-up lab-down lab-status clean
+.PHONY: help deps venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -35,7 +35,8 @@ LAB_LOCK := /tmp/sglfleet-lab.lock
 # Jobs of `make test`: lint, the unit tests and the lab's tests run side by side.
 TEST_JOBS ?= 3
 # The integration modules that can run on a lab CT of their own (SGLFLEET_TEST_CT) do, beside the others on CT 200.
-OWN_CT_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py tests/integration/test_site.py
+CT201_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py
+CT202_TESTS := tests/integration/test_host_phase.py tests/integration/test_site.py
 
 lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook
 	$(call timed,ruff check) $(BIN)/ruff check .
@@ -58,19 +59,24 @@ test-unit: venv ## fast tests: no lab needed
 test-lab: venv lab-up ## the lab's own smoke tests (needs root)
 	$(call timed,test-lab) $(BIN)/pytest tests/lab $(PYTEST_FLAGS)
 
-# Two sessions side by side under one hold of the lab lock (each sees that its ancestor holds it): the role
-# tests and site.yml on CT 201 (real nvcc and ptxas runs, mostly CPU), the rest on CT 200 (mostly waiting on
-# systemd, health gates and warm-ups). The lab is up before the lock is taken; the sessions alone bring it up
-# themselves when it is not (a `make lab-up` under the lock would wait for the lock forever).
-test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root): the CT 200 and CT 201 sessions side by side
-	$(call timed,test-integration) flock $(LAB_LOCK) $(MAKE) --no-print-directory -j2 --output-sync=target \
-	  test-integration-ct200 test-integration-ct201
+# Three sessions side by side under one hold of the lab lock (each sees that its ancestor holds it), one per lab
+# CT: the role tests on CT 201 (real nvcc and ptxas runs, mostly CPU), the host phase and site.yml on CT 202
+# (the only ones to use the stand-in node), the rest on CT 200 (mostly waiting on systemd, health gates and
+# warm-ups). The lab is up before the lock is taken; a session alone brings it up itself when it is not (a
+# `make lab-up` under the lock would wait for the lock forever).
+test-integration: venv lab-up ## ansible-playbook runs against the lab (needs root): the CT 200, 201 and 202 sessions side by side
+	$(call timed,test-integration) flock $(LAB_LOCK) $(MAKE) --no-print-directory -j3 --output-sync=target \
+	  test-integration-ct200 test-integration-ct201 test-integration-ct202
 
-test-integration-ct200: venv ## the integration modules on CT 200 (all but those of ct201)
-	$(call timed,test-integration-ct200) $(BIN)/pytest tests/integration $(addprefix --ignore=,$(OWN_CT_TESTS)) $(PYTEST_FLAGS)
+test-integration-ct200: venv ## the integration modules on CT 200 (all but those of ct201 and ct202)
+	$(call timed,test-integration-ct200) $(BIN)/pytest tests/integration \
+	  $(addprefix --ignore=,$(CT201_TESTS) $(CT202_TESTS)) $(PYTEST_FLAGS)
 
-test-integration-ct201: venv ## the role tests (cuda_toolchain, sglang) and site.yml on CT 201
-	$(call timed,test-integration-ct201) SGLFLEET_TEST_CT=201 $(BIN)/pytest $(OWN_CT_TESTS) $(PYTEST_FLAGS)
+test-integration-ct201: venv ## the role tests (cuda_toolchain, sglang) on CT 201
+	$(call timed,test-integration-ct201) SGLFLEET_TEST_CT=201 $(BIN)/pytest $(CT201_TESTS) $(PYTEST_FLAGS)
+
+test-integration-ct202: venv ## phase host (the stand-in node), then site.yml, on CT 202
+	$(call timed,test-integration-ct202) SGLFLEET_TEST_CT=202 $(BIN)/pytest $(CT202_TESTS) $(PYTEST_FLAGS)
 
 test-labs: venv ## lab-up, the lab's own tests, then the integration tests: everything that needs the lab, in order
 	@# -j1: one after the other, whatever -j the make above runs with (its jobserver would be shared).

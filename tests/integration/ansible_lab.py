@@ -217,13 +217,14 @@ def host_inventory(
 
 
 def lab_inventory(directory: Path, *, vmid: int, port: int, host_vars: dict | None = None) -> Path:
-    """inventory/lab with lab CT `vmid` in place of CT 200 (and no PVE node): the same group_vars, that
-    CT alone in group fleet, with `host_vars`."""
+    """inventory/lab with lab CT `vmid` in place of CT 200: the same group_vars and PVE node, that CT
+    alone in group fleet, with `host_vars`."""
     directory.mkdir(parents=True, exist_ok=True)
     hosts = directory / "hosts.yml"
     host_inventory(hosts, name=f"ct{vmid}", python="", port=port)
     inventory = yaml.safe_load(hosts.read_text())
     inventory["fleet"]["hosts"][f"ct{vmid}"].update(host_vars or {})
+    inventory["pve_hosts"] = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["pve_hosts"]
     hosts.write_text(yaml.safe_dump(inventory))
     (directory / "group_vars").symlink_to(INVENTORY / "group_vars", target_is_directory=True)
     return directory

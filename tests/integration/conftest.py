@@ -188,7 +188,8 @@ def own_ct(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         yield OwnCt(CT_VMID, request.getfixturevalue("prepared_ct"), INVENTORY, 30000)
         return
     lab: LabSettings = request.getfixturevalue("lab_settings")
-    ansible: Ansible = request.getfixturevalue("ansible")
+    # Not the `ansible` fixture: a test module may define its own under that name, at module scope.
+    ansible = Ansible()
     port_base = 30000 + 1000 * (vmid - CT_VMID)
     inventory = lab_inventory(
         tmp_path_factory.mktemp("own-ct") / "inventory",
