@@ -151,13 +151,13 @@ def test_userspace_matches_the_module_and_follows_it(
     smi = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
     assert set(ct.out(smi).split()) == {DEFAULT_MODULE_VERSION}
     assert "libcuda.so.1 (libc6,x86-64)" in ct.out("ldconfig -p")
-    assert userspace(host_ansible).recap["changed"] == 0
+    assert userspace(host_ansible).total("changed") == 0
     # the host's module changed: check mode says so, a run reinstalls
     build_installer(SETTINGS, "580.105.08")
     with module_changing(SETTINGS):
         declare_module(SETTINGS, "580.105.08")
         assert "Driver/library version mismatch" in ct.run(smi, check=False).stdout
-        assert userspace(host_ansible, "--check").recap["changed"] > 0
+        assert userspace(host_ansible, "--check").total("changed") > 0
         run = userspace(host_ansible)
         assert run.rc == 0, run.explain()
         assert set(ct.out(smi).split()) == {"580.105.08"}
@@ -195,7 +195,7 @@ def test_model_downloads_once_verified_and_the_token_stays_out(
     assert HUB_TOKEN not in run.output
     assert '"model_type": "standin"' in host_ct.out("cat /srv/models/standin-7b/config.json")
     again = host_ansible.playbook("playbooks/model.yml")
-    assert again.recap["changed"] == 0, again.explain()
+    assert again.total("changed") == 0, again.explain()
     elsewhere = ["-e", "model_weights_dir=/srv/models/other", "-e", "model_weights_hf_token=hf_wrong"]
     bad = host_ansible.playbook("playbooks/model.yml", *elsewhere)
     assert bad.rc != 0
