@@ -3,6 +3,7 @@ and a normal stop (SGLang's drain, which ends in SIGKILL of itself) exits 0. Rea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -10,10 +11,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from polling import wait_until
 from sglfleet_testing.standin.process import free_port
 
 from sglfleet.launch import KEY_VARIABLE, REDACTED, protect_log, redact
@@ -122,35 +125,36 @@ def test_without_a_key_the_server_needs_none(tmp_path):
     assert "api_key=None" in log.read_text()
 
 
-def test_a_server_that_dies_unasked_is_a_failure(tmp_path):
-    port, log = free_port(), tmp_path / "out.log"
+@contextlib.contextmanager
+def _healthy_server(log: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A launcher and its stand-in server, answering /health: (the launcher, the server's pid)."""
+    port = free_port()
     process = _launch(*_standin_args(port), log=log)
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", process)
-        server = _tree(process.pid)[1]
-        os.kill(server, signal.SIGKILL)  # as SGLang does itself when its scheduler dies
-        assert process.wait(10) == 128 + signal.SIGKILL
+        yield process, _tree(process.pid)[1]
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_server_that_dies_unasked_is_a_failure(tmp_path):
+    with _healthy_server(tmp_path / "out.log") as (process, server):
+        os.kill(server, signal.SIGKILL)  # as SGLang does itself when its scheduler dies
+        assert process.wait(10) == 128 + signal.SIGKILL
 
 
 def test_a_launcher_killed_from_outside_takes_its_server_with_it(tmp_path):
     """kill -9 of the unit's MainPID (the launcher) must not orphan the server: systemd then restarts."""
-    port, log = free_port(), tmp_path / "out.log"
-    process = _launch(*_standin_args(port), log=log)
-    try:
-        _wait_healthy(f"http://127.0.0.1:{port}", process)
-        server = _tree(process.pid)[1]
+    with _healthy_server(tmp_path / "out.log") as (process, server):
         process.kill()
         process.wait(10)
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{server}").exists() and _state(server) != "Z":
-            assert time.monotonic() < deadline, "the server outlived its launcher"
-            time.sleep(0.05)
-    finally:
-        process.kill()
-        process.wait()
+        wait_until(
+            lambda: not Path(f"/proc/{server}").exists() or _state(server) == "Z",
+            timeout=10,
+            what="the server outlived its launcher",
+            interval=0.05,
+        )
 
 
 def _state(pid: int) -> str:
