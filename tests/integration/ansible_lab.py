@@ -50,8 +50,8 @@ FAKE_NVIDIA_SMI = "/usr/local/lib/sglfleet-test/nvidia-smi"
 # Where the role tests (cuda_toolchain, sglang) converge, every path under LAB_ROOT: `lab` (the session's
 # own CT, below; the default) or `local` (this machine).
 TARGET_ENV = "SGLFLEET_ROLE_TESTS_TARGET"
-# The lab CT of the modules that can run on a CT of their own (the role tests, test_site): CT 200 unless
-# this names another (`make test-integration-ct201` sets 201, beside a session on CT 200).
+# The lab CT of the modules that can run on a CT of their own (the role tests, test_host_phase, test_site):
+# CT 200 unless this names another (`make test-integration` runs sessions on 201 and 202 beside CT 200's).
 OWN_CT_ENV = "SGLFLEET_TEST_CT"
 LAB_ROOT = "/opt/sglfleet-test"
 LAB_MODULE_PYTHON = MODULE_PYTHON
@@ -199,19 +199,20 @@ class Ansible:
         return run_playbook(playbook, inventory or self.inventory, *args, timeout=timeout, env=self.env)
 
 
-def host_inventory(
-    path: Path, *, name: str = CT_HOST, python: str = MODULE_PYTHON, port: int = CT_SSH_PORT
-) -> Path:
-    """An inventory of one lab CT (CT 200 unless told) alone: group fleet, its connection and its python,
-    no group_vars."""
-    host = {
+def _lab_host(port: int, **host_vars: object) -> dict:
+    """How the inventory reaches a lab CT: its sshd on 127.0.0.1, as root with the lab's key."""
+    return {
         "ansible_host": "127.0.0.1",
         "ansible_port": port,
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(SSH_KEY),
+        **host_vars,
     }
-    if python:
-        host["ansible_python_interpreter"] = python
+
+
+def host_inventory(path: Path, *, name: str = CT_HOST, python: str = MODULE_PYTHON) -> Path:
+    """An inventory of CT 200 alone (group fleet, no group_vars): its connection and its python."""
+    host = _lab_host(CT_SSH_PORT, ansible_python_interpreter=python)
     path.write_text(yaml.safe_dump({"fleet": {"hosts": {name: host}}}))
     return path
 
@@ -220,12 +221,9 @@ def lab_inventory(directory: Path, *, vmid: int, port: int, host_vars: dict | No
     """inventory/lab with lab CT `vmid` in place of CT 200: the same group_vars and PVE node, that CT
     alone in group fleet, with `host_vars`."""
     directory.mkdir(parents=True, exist_ok=True)
-    hosts = directory / "hosts.yml"
-    host_inventory(hosts, name=f"ct{vmid}", python="", port=port)
-    inventory = yaml.safe_load(hosts.read_text())
-    inventory["fleet"]["hosts"][f"ct{vmid}"].update(host_vars or {})
-    inventory["pve_hosts"] = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["pve_hosts"]
-    hosts.write_text(yaml.safe_dump(inventory))
+    node = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["pve_hosts"]
+    fleet = {"hosts": {f"ct{vmid}": _lab_host(port, **(host_vars or {}))}}
+    (directory / "hosts.yml").write_text(yaml.safe_dump({"fleet": fleet, "pve_hosts": node}))
     (directory / "group_vars").symlink_to(INVENTORY / "group_vars", target_is_directory=True)
     return directory
 
@@ -317,8 +315,9 @@ class Container:
 
 @dataclass
 class OwnCt:
-    """The lab CT the modules that can run on a CT of their own use (the role tests, test_site), and the
-    inventory that reaches it: CT 200 and inventory/lab unless SGLFLEET_TEST_CT names another."""
+    """The lab CT the modules that can run on a CT of their own use (the role tests, test_host_phase,
+    test_site), and the inventory that reaches it: CT 200 and inventory/lab unless SGLFLEET_TEST_CT names
+    another."""
 
     vmid: int
     container: Container

@@ -182,14 +182,13 @@ def fake_nvidia_smi(ct200: Container) -> str:
 def own_ct(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnCt]:
     """SGLFLEET_TEST_CT=VMID: lab CT VMID, made by provision.yml and prepared, with inventory/lab's group_vars
     and its own vmid, hostname and instance ports (30000 + 1000 per CT after 200): `make test` runs
-    these modules on CT 201 beside the others on CT 200. Unset: CT 200, prepared."""
+    these modules on CTs 201 and 202 beside the others on CT 200. Unset: CT 200, prepared."""
     vmid = int(os.environ.get(OWN_CT_ENV) or CT_VMID)
     if vmid == CT_VMID:
         yield OwnCt(CT_VMID, request.getfixturevalue("prepared_ct"), INVENTORY, 30000)
         return
     lab: LabSettings = request.getfixturevalue("lab_settings")
-    # Not the `ansible` fixture: a test module may define its own under that name, at module scope.
-    ansible = Ansible()
+    ansible: Ansible = request.getfixturevalue("ansible")
     port_base = 30000 + 1000 * (vmid - CT_VMID)
     inventory = lab_inventory(
         tmp_path_factory.mktemp("own-ct") / "inventory",
@@ -209,6 +208,18 @@ def own_ct(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     prepare(ansible, container, inventory)
     yield OwnCt(vmid, container, inventory, port_base)
     container.disconnect()
+
+
+@pytest.fixture(scope="session")
+def session_ct(own_ct: OwnCt) -> Container:
+    """The session's own CT (see own_ct): CT 200 unless SGLFLEET_TEST_CT names another."""
+    return own_ct.container
+
+
+@pytest.fixture(scope="session")
+def session_ansible(own_ct: OwnCt) -> Ansible:
+    """Playbooks against the session's own CT, through its inventory."""
+    return Ansible(inventory=own_ct.inventory)
 
 
 @pytest.fixture(scope="session")

@@ -51,23 +51,12 @@ def on_node(command: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def host_ct(own_ct: OwnCt) -> Container:
-    """The session's own CT (CT 200 unless SGLFLEET_TEST_CT names another), on the stand-in node kpro6."""
-    return own_ct.container
-
-
-@pytest.fixture(scope="module")
-def host_ansible(own_ct: OwnCt) -> Ansible:
-    return Ansible(inventory=own_ct.inventory)
-
-
-@pytest.fixture(scope="module")
-def ct_sees_the_module(host_ct: Container, own_ct: OwnCt) -> Container:
+def ct_sees_the_module(session_ct: Container, own_ct: OwnCt) -> Container:
     """The CT started with the lab's /proc/driver mount (a CT made before the stand-in driver existed is
     restarted once through the lab's PVE API, as a config change would need)."""
     with module_changing(SETTINGS):  # leaves the default declared
         pass
-    if host_ct.run("test -r /proc/driver/nvidia/version", check=False).returncode != 0:
+    if session_ct.run("test -r /proc/driver/nvidia/version", check=False).returncode != 0:
         pve = ProxmoxAPI(
             SETTINGS.host,
             port=SETTINGS.port,
@@ -81,22 +70,22 @@ def ct_sees_the_module(host_ct: Container, own_ct: OwnCt) -> Container:
             while pve.nodes(SETTINGS.node).tasks(upid).status.get()["status"] != "stopped":
                 time.sleep(0.3)
         deadline = time.monotonic() + 60
-        while not host_ct.reachable():
+        while not session_ct.reachable():
             assert time.monotonic() < deadline
             time.sleep(0.5)
-    assert DEFAULT_MODULE_VERSION in host_ct.out("cat /proc/driver/nvidia/version")
-    return host_ct
+    assert DEFAULT_MODULE_VERSION in session_ct.out("cat /proc/driver/nvidia/version")
+    return session_ct
 
 
 # ------------------------------------------------------------------ phase host
 
 
-def test_host_phase_loads_makes_nodes_and_survives_a_reboot(host_ansible: Ansible) -> None:
+def test_host_phase_loads_makes_nodes_and_survives_a_reboot(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, DEFAULT_MODULE_VERSION)
-    first = host_ansible.playbook("playbooks/host.yml")
+    first = session_ansible.playbook("playbooks/host.yml")
     assert first.rc == 0, first.explain()
-    assert recap(host_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
-    assert recap(host_ansible.playbook("playbooks/host.yml", "--check"), NODE)["changed"] == 0
+    assert recap(session_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
+    assert recap(session_ansible.playbook("playbooks/host.yml", "--check"), NODE)["changed"] == 0
     nodes = on_node("ls /dev/nvidia0 /dev/nvidia7 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools")
     assert nodes.returncode == 0, nodes.stderr
     # a boot: nothing loaded, /dev fresh; the unit ordered before pve-guests.service makes the nodes
@@ -106,14 +95,14 @@ def test_host_phase_loads_makes_nodes_and_survives_a_reboot(host_ansible: Ansibl
         assert time.monotonic() < deadline, "the device unit did not run at boot"
         time.sleep(0.5)
     assert on_node("test -c /dev/nvidia-uvm && test -c /dev/nvidia-uvm-tools").returncode == 0
-    assert recap(host_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
+    assert recap(session_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
 
 
-def test_host_phase_refuses_a_driver_older_than_580(host_ansible: Ansible) -> None:
+def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, "570.172.08")
     try:
         reboot_node(SETTINGS, LxcHost(SETTINGS))
-        run = host_ansible.playbook("playbooks/host.yml")
+        run = session_ansible.playbook("playbooks/host.yml")
         assert run.rc != 0
         expected = "the NVIDIA kernel module is 570.172.08, driver branch 570; CUDA 13 needs branch 580"
         assert expected in flat(run)
@@ -122,11 +111,11 @@ def test_host_phase_refuses_a_driver_older_than_580(host_ansible: Ansible) -> No
         reboot_node(SETTINGS, LxcHost(SETTINGS))
 
 
-def test_host_phase_names_a_missing_driver(host_ansible: Ansible) -> None:
+def test_host_phase_names_a_missing_driver(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, None)
     try:
         reboot_node(SETTINGS, LxcHost(SETTINGS))
-        run = host_ansible.playbook("playbooks/host.yml")
+        run = session_ansible.playbook("playbooks/host.yml")
         assert run.rc != 0
         assert "Module nvidia not found" in flat(run)
     finally:
@@ -137,49 +126,49 @@ def test_host_phase_names_a_missing_driver(host_ansible: Ansible) -> None:
 # ------------------------------------------------------------------ the driver userspace in the CT
 
 
-def userspace(host_ansible: Ansible, *args: str) -> PlaybookRun:
-    return host_ansible.playbook("playbooks/toolchain.yml", "--tags", "nvidia_userspace", *args)
+def userspace(ansible: Ansible, *args: str) -> PlaybookRun:
+    return ansible.playbook("playbooks/toolchain.yml", "--tags", "nvidia_userspace", *args)
 
 
 def test_userspace_matches_the_module_and_follows_it(
-    host_ansible: Ansible, ct_sees_the_module: Container
+    session_ansible: Ansible, ct_sees_the_module: Container
 ) -> None:
     ct = ct_sees_the_module
     build_installer(SETTINGS, DEFAULT_MODULE_VERSION)
-    run = userspace(host_ansible)
+    run = userspace(session_ansible)
     assert run.rc == 0, run.explain()
     smi = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
     assert set(ct.out(smi).split()) == {DEFAULT_MODULE_VERSION}
     assert "libcuda.so.1 (libc6,x86-64)" in ct.out("ldconfig -p")
-    assert userspace(host_ansible).total("changed") == 0
+    assert userspace(session_ansible).total("changed") == 0
     # the host's module changed: check mode says so, a run reinstalls
     build_installer(SETTINGS, "580.105.08")
     with module_changing(SETTINGS):
         declare_module(SETTINGS, "580.105.08")
         assert "Driver/library version mismatch" in ct.run(smi, check=False).stdout
-        assert userspace(host_ansible, "--check").total("changed") > 0
-        run = userspace(host_ansible)
+        assert userspace(session_ansible, "--check").total("changed") > 0
+        run = userspace(session_ansible)
         assert run.rc == 0, run.explain()
         assert set(ct.out(smi).split()) == {"580.105.08"}
-    assert userspace(host_ansible).rc == 0
+    assert userspace(session_ansible).rc == 0
     assert set(ct.out(smi).split()) == {DEFAULT_MODULE_VERSION}
 
 
 def test_userspace_refuses_an_old_branch_and_an_unknown_checksum(
-    host_ansible: Ansible, ct_sees_the_module: Container
+    session_ansible: Ansible, ct_sees_the_module: Container
 ) -> None:
     with module_changing(SETTINGS):
         declare_module(SETTINGS, "570.172.08")
-        run = userspace(host_ansible)
+        run = userspace(session_ansible)
         assert run.rc != 0
         assert "driver branch 570; CUDA 13 needs branch 580 or newer" in flat(run)
         declare_module(SETTINGS, "580.999.01")  # no installer, so no checksum declared for it
-        run = userspace(host_ansible)
+        run = userspace(session_ansible)
         assert run.rc != 0
         expected = 'nvidia_userspace_checksums has no "sha256:HEX" for NVIDIA-Linux-x86_64-580.999.01.run'
         assert expected in flat(run)
         declare_module(SETTINGS, None)
-        run = userspace(host_ansible)
+        run = userspace(session_ansible)
         assert run.rc != 0 and "the host's nvidia kernel module is not loaded" in flat(run)
 
 
@@ -187,16 +176,16 @@ def test_userspace_refuses_an_old_branch_and_an_unknown_checksum(
 
 
 def test_model_downloads_once_verified_and_the_token_stays_out(
-    host_ansible: Ansible, host_ct: Container
+    session_ansible: Ansible, session_ct: Container
 ) -> None:
-    host_ct.run("rm -f /srv/models/standin-7b/.sglfleet-model.json", check=False)
-    run = host_ansible.playbook("playbooks/model.yml", "-v")
+    session_ct.run("rm -f /srv/models/standin-7b/.sglfleet-model.json", check=False)
+    run = session_ansible.playbook("playbooks/model.yml", "-v")
     assert run.rc == 0, run.explain()
     assert HUB_TOKEN not in run.output
-    assert '"model_type": "standin"' in host_ct.out("cat /srv/models/standin-7b/config.json")
-    again = host_ansible.playbook("playbooks/model.yml")
+    assert '"model_type": "standin"' in session_ct.out("cat /srv/models/standin-7b/config.json")
+    again = session_ansible.playbook("playbooks/model.yml")
     assert again.total("changed") == 0, again.explain()
     elsewhere = ["-e", "model_weights_dir=/srv/models/other", "-e", "model_weights_hf_token=hf_wrong"]
-    bad = host_ansible.playbook("playbooks/model.yml", *elsewhere)
+    bad = session_ansible.playbook("playbooks/model.yml", *elsewhere)
     assert bad.rc != 0
     assert "Model 'sglfleet-lab/standin-7b' not found" in flat(bad) and "hf_wrong" not in bad.output

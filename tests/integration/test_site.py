@@ -28,57 +28,51 @@ def _lines(text: str) -> int:
     return len([line for line in text.splitlines() if line.strip()])
 
 
-@pytest.fixture(scope="module")
-def site_ct(own_ct: OwnCt) -> Container:
-    """The session's own CT (CT 200 unless SGLFLEET_TEST_CT names another; then no PVE node either)."""
-    return own_ct.container
+def site(ansible: Ansible, *args: str) -> PlaybookRun:
+    # Phase toolchain installs the userspace of the declared driver module, which another session may change.
+    with module_steady():
+        return ansible.playbook("playbooks/site.yml", *args, timeout=1200)
 
 
 @pytest.fixture(scope="module")
-def site_ansible(own_ct: OwnCt) -> Ansible:
-    return Ansible(inventory=own_ct.inventory)
-
-
-@pytest.fixture(scope="module")
-def converged(site_ct: Container, site_ansible: Ansible) -> PlaybookRun:
+def converged(session_ct: Container, session_ansible: Ansible) -> PlaybookRun:
     # The data phases start from nothing: no controller work dir, no prompts or results in the CT.
     shutil.rmtree(OUT, ignore_errors=True)
-    site_ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
-    with module_steady():  # phase toolchain installs the userspace of the declared driver module
-        run = site_ansible.playbook("playbooks/site.yml", timeout=1200)
+    session_ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
+    run = site(session_ansible)
     assert run.rc == 0, run.explain()
     print(f"site.yml converged in {run.seconds:.1f} s")
     return run
 
 
 def test_site_brings_every_phase_up_to_a_healthy_fleet(
-    converged: PlaybookRun, site_ct: Container, own_ct: OwnCt
+    converged: PlaybookRun, session_ct: Container, own_ct: OwnCt
 ) -> None:
     for phase in PHASES:
         assert f"│ {phase:<13} │ done" in converged.output, phase
     assert "Instances (8/8 healthy)" in converged.output
     assert "all 8 instances healthy" in converged.output
     # Phase sglang decided SM120's backend (the lab's GPUs are RTX PRO 6000s) and every instance runs it.
-    assert "SGLANG_ATTENTION_BACKEND=flashinfer" in site_ct.out("cat /etc/sglang/common.env")
+    assert "SGLANG_ATTENTION_BACKEND=flashinfer" in session_ct.out("cat /etc/sglang/common.env")
     for port in range(own_ct.port_base, own_ct.port_base + 8):
         assert httpx.get(f"http://127.0.0.1:{port}/server_info").json()["attention_backend"] == "flashinfer"
 
 
-def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, site_ct: Container) -> None:
+def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, session_ct: Container) -> None:
     prompts = (OUT / "prompts.jsonl").read_text()
-    assert site_ct.out(f"cat {CT_PROMPTS}") == prompts.strip()
-    manifest = json.loads(site_ct.out(f"cat {CT_RESULTS}.manifest.json"))
+    assert session_ct.out(f"cat {CT_PROMPTS}") == prompts.strip()
+    manifest = json.loads(session_ct.out(f"cat {CT_RESULTS}.manifest.json"))
     assert manifest["status"] == "complete", manifest["message"]
     assert manifest["counts"]["done"] == _lines(prompts) == 120
     served = {url: stats["ok"] for url, stats in manifest["endpoint_stats"].items()}
     assert len(served) == 8 and all(ok > 0 for ok in served.values()), served
-    ledger = json.loads(site_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]
+    ledger = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]
     assert ledger["generate"]["evidence"]["endpoints"] == 8
     assert ledger["prompts"]["evidence"]["prompts"] == 120
 
 
 def test_the_merged_set_is_the_existing_set_plus_the_kept_answers(
-    converged: PlaybookRun, site_ct: Container
+    converged: PlaybookRun, session_ct: Container
 ) -> None:
     report = json.loads((OUT / "merge-report.json").read_text())
     existing = _lines(EXISTING.read_text())
@@ -89,14 +83,13 @@ def test_the_merged_set_is_the_existing_set_plus_the_kept_answers(
     merged = (OUT / "merged.jsonl").read_text().splitlines()
     assert len(merged) == existing + kept
     assert merged[:existing] == EXISTING.read_text().splitlines()
-    ledger = json.loads(site_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["merge"]["evidence"]
+    ledger = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["merge"]["evidence"]
     assert (ledger["rows_before"], ledger["rows_after"]) == (existing, existing + kept)
 
 
-def test_second_run_changes_nothing(converged: PlaybookRun, site_ansible: Ansible) -> None:
+def test_second_run_changes_nothing(converged: PlaybookRun, session_ansible: Ansible) -> None:
     before = (OUT / "merged.jsonl").stat().st_mtime_ns
-    with module_steady():
-        again = site_ansible.playbook("playbooks/site.yml", timeout=1200)
+    again = site(session_ansible)
     assert again.rc == 0, again.explain()
     assert again.total("changed") == 0, again.explain()
     assert again.total("failed") == 0
@@ -106,9 +99,8 @@ def test_second_run_changes_nothing(converged: PlaybookRun, site_ansible: Ansibl
 
 
 def test_check_diff_on_the_converged_lab_reports_nothing(
-    converged: PlaybookRun, site_ansible: Ansible
+    converged: PlaybookRun, session_ansible: Ansible
 ) -> None:
-    with module_steady():
-        check = site_ansible.playbook("playbooks/site.yml", "--check", "--diff", timeout=1200)
+    check = site(session_ansible, "--check", "--diff")
     assert check.rc == 0, check.explain()
     assert check.total("changed") == 0, check.explain()
