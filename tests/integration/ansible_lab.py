@@ -13,7 +13,6 @@ prepared_ct, fake_nvidia_smi); tests import the names they need from here.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -29,7 +28,6 @@ from typing import TypeVar
 
 import yaml
 from sglfleet_testing.lab.driver import module_steady
-from sglfleet_testing.lab.lock import LAB_LOCK, held_by_ancestor  # noqa: F401 - LAB_LOCK: for the tests
 
 REPO = ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -55,9 +53,6 @@ TARGET_ENV = "SGLFLEET_ROLE_TESTS_TARGET"
 OWN_CT_ENV = "SGLFLEET_TEST_CT"
 LAB_ROOT = "/opt/sglfleet-test"
 LAB_MODULE_PYTHON = MODULE_PYTHON
-
-# The lock is the lab's own (sglfleet_testing.lab.lock); this name stays for the tests that import it.
-ancestor_holds_lab_lock = held_by_ancestor
 
 T = TypeVar("T")
 
@@ -418,9 +413,3 @@ class LabTarget(Target):
 
     def sh(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return self.container.run(f"bash -c {shlex.quote(script)}", check=False, timeout=timeout)
-
-
-@functools.cache
-def lab_vars() -> dict:
-    """inventory/lab/group_vars/all/lab.yml: the lab's PVE API, node, CT and CA."""
-    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "lab.yml").read_text())

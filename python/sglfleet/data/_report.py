@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from sglfleet.data._categories import CATEGORIES
-from sglfleet.data._outputs import report_paths, written
 
 
 def _ordered(counts: Counter[str]) -> dict[str, int]:
@@ -238,12 +236,3 @@ def report_bytes(report: MixReport | MergeReport) -> tuple[bytes, bytes]:
     """The Markdown and the JSON report, as written."""
     data = orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     return report.markdown().encode(), data
-
-
-def write_report(report: MixReport | MergeReport, path: Path) -> tuple[Path, Path]:
-    """Write `path` (Markdown) and the same name with `.json`, both or neither; returns both paths."""
-    paths = report_paths(path)
-    with written(paths) as handles:
-        for handle, data in zip(handles, report_bytes(report), strict=True):
-            handle.write(data)
-    return paths

@@ -6,7 +6,6 @@ is named by its vmid and lives in settings.lxc_path/<vmid>/ (config, rootfs, con
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -336,7 +335,3 @@ def _run(cmd: list[str], what: str, stdin: str | None = None, timeout: float = 1
             f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}"
         )
     return done.stdout
-
-
-def is_root() -> bool:
-    return os.geteuid() == 0

@@ -624,8 +624,3 @@ class _BadRequest(Exception):
     def __init__(self, body: dict[str, Any]) -> None:
         super().__init__(body.get("message"))
         self.body = body
-
-
-def build_app(config: StandinConfig) -> web.Application:
-    """The aiohttp application for `config` (in-process tests; `server.serve` keeps the StandinApp)."""
-    return StandinApp(config).build()

@@ -46,10 +46,6 @@ class StandinConfig:
         """KV pool size the stand-in pretends to have (drives `token_usage`)."""
         return max(self.context_length, int(self.mem_fraction_static * 1_000_000))
 
-    @property
-    def latency_free(self) -> bool:
-        return self.ttft_seconds == 0 and self.decode_tokens_per_second == 0
-
     def server_args(self) -> dict[str, Any]:
         """The SGLang-named server arguments, as `/server_info` reports them (no secrets)."""
         return {
