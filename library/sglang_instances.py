@@ -317,7 +317,7 @@ def main():
             "max_running_requests": {"type": "int"},
             "enable_metrics": {"type": "bool", "default": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
-            "api_key_variable": {"type": "str", "default": ""},
+            "api_key_variable": {"type": "str", "default": "", "no_log": False},
             "extra_args": {"type": "list", "elements": "str", "default": []},
             "environment": {"type": "dict", "default": {}},
             "config_dir": {"type": "path", "default": "/etc/sglang"},
