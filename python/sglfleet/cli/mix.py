@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",
             file=sys.stderr,
         )
-        return 2
+        return 1  # not the input's fault (docs/exit-codes.md)
     try:
         config = load_config(args.config)
         if args.seed is not None:
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_mix(config, args.output, args.report, cache=cache_of(args))
     except DataError as exc:
         print(f"sglfleet mix: error: {exc}", file=sys.stderr)
-        return 1
+        return int(exc.code)  # docs/exit-codes.md
     data = report.as_dict()
     print(f"{data['prompts']} prompts written to {args.output}")
     for note in report.notes:

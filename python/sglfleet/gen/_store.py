@@ -296,11 +296,13 @@ class OutputStore:
         self._last_sync = time.monotonic() if now is None else now
 
     def close(self) -> None:
-        if self._fd >= 0 or self._err_fd >= 0:
-            self._dirty = True
-            self.sync()
-        for attr in ("_err_fd", "_fd"):
-            fd = getattr(self, attr)
-            if fd >= 0:
-                os.close(fd)  # closing the descriptor releases the flock
-                setattr(self, attr, -1)
+        try:
+            if self._fd >= 0 or self._err_fd >= 0:
+                self._dirty = True
+                self.sync()
+        finally:  # the descriptors are closed even when the sync fails (a file that cannot be synced)
+            for attr in ("_err_fd", "_fd"):
+                fd = getattr(self, attr)
+                if fd >= 0:
+                    os.close(fd)  # closing the descriptor releases the flock
+                    setattr(self, attr, -1)
