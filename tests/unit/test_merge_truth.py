@@ -193,6 +193,7 @@ _merge.PARALLEL_BYTES = -1  # workers whatever the size
 _merge.classify_existing(Path({str(fifo)!r}), "category", workers=2)
 """
     proc = subprocess.Popen([sys.executable, "-c", child])
+    workers: set[int] = set()
     writer = open(fifo, "wb")  # noqa: SIM115 (held open: no end of file, the merge waits)
     try:
         row = json.dumps({"conversations": [{"role": "user", "content": "write a python function"}]})
@@ -207,8 +208,9 @@ _merge.classify_existing(Path({str(fifo)!r}), "category", workers=2)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for w in _children(proc.pid):
-            os.kill(w, signal.SIGKILL)
+        for w in workers | _children(proc.pid):  # whatever is left (reparented once proc died)
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
 
 
 def test_a_torn_last_results_line_says_to_rerun_generate(

@@ -337,10 +337,9 @@ class _Job:
         return None
 
     def _check_auth(self, ep: Endpoint, a: client.Attempt) -> None:
-        """A 401/403 is an answer: once no endpoint that is up takes the key and none has ever taken
-        it (one that is down may be back, but a key it never took will not start working), stop."""
-        eps = self.pool.endpoints
-        if not any(e.up and not e.auth_failed for e in eps) and not any(e.ok for e in eps):
+        """A 401/403 is an answer: once no endpoint that is up takes the key, stop (exit 4), without
+        waiting for the endpoints that are down to come back."""
+        if not any(e.up and not e.auth_failed for e in self.pool.endpoints):
             status = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(a.status or 0, f"HTTP {a.status}")
             raise _Halt(ExitCode.AUTH, f"{status} from {ep.url}: check the API key")
 
