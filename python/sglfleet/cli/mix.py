@@ -61,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
         if args.seed is not None:
             config = config.model_copy(update={"seed": args.seed})
         report = build_mix(config, args.output, args.report, cache=cache_of(args))
+    except ImportError as exc:  # a part of the extra imported on the way (datasketch, pyarrow, ...)
+        print(
+            f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",
+            file=sys.stderr,
+        )
+        return 1
     except DataError as exc:
         print(f"sglfleet mix: error: {exc}", file=sys.stderr)
         return int(exc.code)  # docs/exit-codes.md
