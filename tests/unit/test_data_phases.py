@@ -213,7 +213,7 @@ def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: P
         ).all_healthy
         job = subprocess.run(
             [sys.executable, "-m", "sglfleet", "generate", "-i", str(tmp_path / "fleet" / "prompts.jsonl"),
-             "-o", str(tmp_path / "fleet" / "results.jsonl"), "-e", url, "--max-tokens", "16"],
+             "-o", str(tmp_path / "fleet" / "results.jsonl"), "-e", url, "--max-tokens", "64"],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert job.returncode == 0, job.stderr[-3000:]

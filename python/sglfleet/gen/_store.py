@@ -4,7 +4,8 @@ Files, for an output ``OUT``:
 
 * ``OUT``: one OpenAI Batch output line per successful custom_id
   (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``; for
-  conversation input also ``"conversations"``: the conversation with its regenerated assistant
+  conversation input, and with ``keep_reasoning`` for chat requests of batch input, also
+  ``"conversations"``: the conversation with its regenerated assistant
   turns, the row ``sglfleet merge`` writes);
 * ``OUT.errors.jsonl``: the permanent failures of the latest run, same shape with ``error`` set
   (they are retried by the next run, so the file is started afresh by each run).

@@ -43,6 +43,8 @@ class JobStatus:
     def lines(self) -> list[str]:
         eta = _hms(self.eta_s) if self.eta_s is not None else "unknown" if self.running else "-"
         note = f" ({self.message})" if self.message and not self.running else ""
+        if self.state == "stopped":  # killed before its last manifest: nothing said what to do
+            note = " (killed before it could say so; rerun the same `sglfleet generate` command: it resumes)"
         out = [
             f"{self.output}: {self.state}{note}",
             f"  {self.done}/{self.total} done ({self.percent:.1f}%), {self.failed} failed, "
