@@ -159,10 +159,14 @@ def _output_problems(output: Path) -> list[str]:
         if not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             problems.append(f"{what} {path} is {kind}: give a file path for --output")
-    parent = output.parent if str(output.parent) else Path(".")
+    if problems:
+        return problems[:1]
+    parent = output.absolute().parent
+    while not parent.exists() and parent != parent.parent:  # the missing directories are created
+        parent = parent.parent
     if not parent.is_dir():
         problems.append(f"output {output}: {parent} is not a directory")
-    elif not problems and not os.access(parent, os.W_OK | os.X_OK):
+    elif not os.access(parent, os.W_OK | os.X_OK):
         problems.append(f"output {output}: cannot write in {parent} (permission denied)")
     return problems
 
