@@ -23,10 +23,11 @@ description:
     I(max_failures) permanent failures (C(phase_done)). To see progress on the controller while it
     runs, call the module without I(wait) under C(async)/C(poll) and then poll C(sglfleet job status)
     or re-run it (see EXAMPLES)."
-  - "The job's exit codes (C(exit_code), C(sglfleet.gen.ExitCode)): 0 complete; 3 complete with
-    permanent failures; 2 bad input or arguments; 4 the API key is refused (401/403); 5 no endpoint
-    answers; 6 the input changed since it was validated; 7 no space left on the output's disk; 1 other
-    fatal error; 130 interrupted. All but 0, 2 and 3 leave the job resumable: the next start resumes."
+  - "The job's exit codes (C(exit_code), C(sglfleet.exitcodes.ExitCode), the scheme of mix, merge and
+    generate, docs/exit-codes.md): 0 complete; 3 complete with permanent failures; 2 bad input or
+    arguments; 4 the API key is refused (401/403); 5 no endpoint answers; 6 the input changed since it
+    was validated (I(force) goes on); 7 no space left on the output's disk; 1 other fatal error; 130
+    interrupted. All but 0, 2 and 3 leave the job resumable: the next start resumes."
   - I(state=stopped) stops a running job gracefully (SIGTERM; in-flight requests get I(grace) seconds).
   - The counts, tokens and throughput returned come from the job's C(OUT.manifest.json).
   - Needs systemd and the C(sglfleet) Python package on the target.
@@ -61,17 +62,61 @@ options:
     type: int
     default: 32
   model:
-    description: Model name for request bodies without one.
+    description: Model name, set in every request body (over the body's own; C(--model)).
     type: str
   max_tokens:
-    description: max_tokens for request bodies without one.
+    description: max_tokens, set in every request body (over the body's own; C(--max-tokens)).
     type: int
   temperature:
-    description: temperature for request bodies without one.
+    description: temperature, set in every request body (over the body's own; C(--temperature)).
     type: float
   top_p:
-    description: top_p for request bodies without one.
+    description: top_p, set in every request body (over the body's own; C(--top-p)).
     type: float
+  top_k:
+    description: top_k, set in every request body (SGLang's extra sampling field; C(--top-k)).
+    type: int
+  extra_body:
+    description: 'More request body fields, set in every body, e.g. C({"min_p": 0.05}) (C(--extra-body)).'
+    type: dict
+  chat_template_kwargs:
+    description:
+      - 'C(chat_template_kwargs) of every request body, e.g. C({"enable_thinking": true})
+        (C(--chat-template-kwargs)).'
+    type: dict
+  turns:
+    description:
+      - Conversation input only (refused on OpenAI Batch input). C(last) regenerates the last assistant
+        turn, C(all) every one in order, as SpecForge's C(regenerate_train_data.py) does (C(--turns)).
+    type: str
+    choices: [last, all]
+    default: last
+  keep_reasoning:
+    description:
+      - Keep each answer's C(reasoning_content) in its assistant turn of the conversation written with
+        the result (SpecForge's C(--reasoning save)); chat requests of either input format
+        (C(--keep-reasoning)).
+    type: bool
+    default: false
+  max_resends:
+    description: Times one request is sent to another endpoint because the one it waits on stalled.
+    type: int
+    default: 5
+  metrics_port:
+    description:
+      - Serve the job's Prometheus metrics on I(metrics_bind):PORT/metrics while it runs (C(0) any free
+        port; C(--metrics-port)). Unset, none.
+    type: int
+  metrics_bind:
+    description: Address the metrics listen on (C(--metrics-bind)).
+    type: str
+    default: 127.0.0.1
+  metrics_linger:
+    description:
+      - Seconds the metrics stay up after the job ends, with the final values and
+        C(sglfleet_generate_exit_code), for the last scrape (C(--metrics-linger)).
+    type: float
+    default: 15
   max_retries:
     description: Retries of a request on connection errors, timeouts, 408, 429 and 5xx.
     type: int
@@ -245,6 +290,15 @@ def main() -> None:
             "max_tokens": {"type": "int", "no_log": False},  # a count of tokens, not a secret
             "temperature": {"type": "float"},
             "top_p": {"type": "float"},
+            "top_k": {"type": "int"},
+            "extra_body": {"type": "dict"},
+            "chat_template_kwargs": {"type": "dict"},
+            "turns": {"type": "str", "choices": ["last", "all"], "default": "last"},
+            "keep_reasoning": {"type": "bool", "default": False},
+            "max_resends": {"type": "int", "default": 5},
+            "metrics_port": {"type": "int"},
+            "metrics_bind": {"type": "str", "default": "127.0.0.1"},
+            "metrics_linger": {"type": "float", "default": 15},
             "max_retries": {"type": "int", "default": 5},
             "request_timeout": {"type": "float", "default": 600},
             "grace": {"type": "float", "default": 30},
@@ -270,6 +324,15 @@ def main() -> None:
         max_tokens=p["max_tokens"],
         temperature=p["temperature"],
         top_p=p["top_p"],
+        top_k=p["top_k"],
+        extra_body=p["extra_body"],
+        chat_template_kwargs=p["chat_template_kwargs"],
+        turns=p["turns"],
+        keep_reasoning=p["keep_reasoning"],
+        max_resends=p["max_resends"],
+        metrics_port=p["metrics_port"],
+        metrics_bind=p["metrics_bind"],
+        metrics_linger=p["metrics_linger"],
         max_retries=p["max_retries"],
         request_timeout=p["request_timeout"],
         grace=p["grace"],

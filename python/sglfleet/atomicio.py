@@ -3,6 +3,8 @@
 `atomic_write(path)` writes one file; `atomic_writes(paths)` writes several that belong together
 (a data set and its report): every one is written, flushed and closed before the first rename, so a
 full disk or any other error leaves all of them as they were, with no temporary file behind.
+A temporary file is named `.NAME.PID.XXXXXXXX.tmp`: `remove_stale_temporaries` removes those of
+writers killed before they could clean up (`kill -9`), and only those.
 """
 
 from __future__ import annotations
@@ -13,6 +15,38 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
+
+
+def _temp_prefix(path: Path, pid: int) -> str:
+    return f".{path.name}.{pid}."
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files a killed writer of ``path`` left next to it (``kill -9`` skips the
+    cleanup): those named for a process that no longer runs. A live writer's are left alone."""
+    removed = []
+    prefix = f".{path.name}."
+    try:
+        candidates = [
+            p for p in path.parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(".tmp")
+        ]
+    except OSError:
+        return removed
+    for tmp in candidates:
+        pid_text = tmp.name[len(prefix) :].split(".", 1)[0]
+        if not pid_text.isdigit():
+            continue  # not one of ours (or from before the pid was in the name): left alone
+        try:
+            os.kill(int(pid_text), 0)
+            continue  # its writer still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's process
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 @contextlib.contextmanager
@@ -27,7 +61,7 @@ def atomic_writes(paths: Sequence[Path], *, durable: bool = False) -> Iterator[l
     try:
         for path in paths:
             path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path, os.getpid()), suffix=".tmp", dir=path.parent)
             temps.append(tmp)
             handles.append(os.fdopen(fd, "wb", buffering=1 << 20))
         yield handles

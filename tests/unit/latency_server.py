@@ -9,7 +9,8 @@ after LATENCY_S seconds. Used to show that probing N instances costs about one r
 It also answers /v1/chat/completions. MODE says how it treats the first attempt at each distinct
 body (later attempts get a completion): ``ok`` (default) answers it; ``error_object`` answers 200
 with ``{"object": "error", ...}`` (what an OpenAI-compatible server sends from some error paths);
-``retry_after`` answers 429 with ``Retry-After: 1``. ``GET /attempts`` lists (monotonic time,
+``retry_after`` answers 429 with ``Retry-After: 1``; ``empty_choice`` answers 200 with
+``{"choices": [{}]}``. ``GET /attempts`` lists (monotonic time,
 body digest) of every completion request.
 """
 
@@ -60,6 +61,8 @@ def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Applicati
             return web.json_response(
                 {"object": "error", "message": "injected error object", "type": "BadRequest", "code": 400}
             )
+        if first and mode == "empty_choice":  # what a proxy in front of SGLang may pass on
+            return web.json_response({"id": "chatcmpl-" + key, "object": "chat.completion", "choices": [{}]})
         if first and mode == "retry_after":
             return web.json_response({"message": "slow down"}, status=429, headers={"Retry-After": "1"})
         body = json.loads(raw)

@@ -95,7 +95,7 @@ def test_mix_refuses_to_write_over_an_input(  # noqa: PLR0917 (fixtures and para
     if target == "existing-train.md":  # the Markdown next to the existing set is fine: make it collide
         (lab / "existing-train.md").symlink_to(lab / "existing-train.jsonl")
         before = snapshot(lab)
-    assert mix(lab, *(a for kv in args.items() for a in kv)) == 1
+    assert mix(lab, *(a for kv in args.items() for a in kv)) == 2
     err = one_error_line(capsys, "mix")
     assert f"the {names} " in err and "refusing to overwrite an input" in err
     assert snapshot(lab) == before
@@ -105,10 +105,10 @@ def test_mix_refuses_to_write_over_an_input(  # noqa: PLR0917 (fixtures and para
 def test_mix_refuses_another_name_for_a_source(lab: Path, capsys: pytest.CaptureFixture) -> None:
     os.link(lab / "sources/sharegpt-chat.jsonl", lab / "hardlink.jsonl")  # same inode, other path
     before = snapshot(lab)
-    assert mix(lab, "--output", str(lab / "hardlink.jsonl")) == 1
+    assert mix(lab, "--output", str(lab / "hardlink.jsonl")) == 2
     assert "is the source 'chat'" in one_error_line(capsys, "mix")
     assert snapshot(lab) == before
-    assert mix(lab, "--output", str(lab / "out.jsonl"), "--report", str(lab / "out.jsonl")) == 1
+    assert mix(lab, "--output", str(lab / "out.jsonl"), "--report", str(lab / "out.jsonl")) == 2
     assert "is the same file as --output" in one_error_line(capsys, "mix")
 
 
@@ -139,7 +139,7 @@ def test_merge_refuses_to_write_over_an_input(  # noqa: PLR0917 (fixtures and pa
     before = {k: p.read_bytes() for k, p in merge_inputs.items()}
     args = {"--output": str(tmp_path / "merged.jsonl"), "--report": str(tmp_path / "m.md")}
     args[flag] = str(target)
-    assert main([*merge_args(merge_inputs), *(a for kv in args.items() for a in kv)]) == 1
+    assert main([*merge_args(merge_inputs), *(a for kv in args.items() for a in kv)]) == 2
     err = one_error_line(capsys, "merge")
     assert f"the {label} " in err and "refusing to overwrite an input" in err
     assert {k: p.read_bytes() for k, p in merge_inputs.items()} == before
@@ -154,7 +154,7 @@ def test_config_that_is_not_utf8_names_the_line(lab: Path, capsys: pytest.Captur
     lines = config.read_bytes().split(b"\n")
     lines[5] = b"# caf\xe9 latin-1"
     config.write_bytes(b"\n".join(lines))
-    assert mix(lab, "--output", str(lab / "p.jsonl")) == 1
+    assert mix(lab, "--output", str(lab / "p.jsonl")) == 2
     assert "lab-mix.yaml:6: not UTF-8 text (byte 0xe9" in one_error_line(capsys, "mix")
 
 
@@ -164,15 +164,15 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(
     read_only = tmp_path / "ro.jsonl"
     read_only.write_text("keep me\n")
     read_only.chmod(0o444)
-    assert mix(lab, "--output", str(read_only)) == 1
+    assert mix(lab, "--output", str(read_only)) == 2
     assert "ro.jsonl is read-only (mode 0444)" in one_error_line(capsys, "mix")
     assert read_only.read_text() == "keep me\n"
     (tmp_path / "adir").mkdir()
-    assert mix(lab, "--output", str(tmp_path / "adir")) == 1
+    assert mix(lab, "--output", str(tmp_path / "adir")) == 2
     assert "adir is a directory" in one_error_line(capsys, "mix")
-    assert mix(lab, "--output", str(tmp_path / "p.jsonl"), "--report", str(tmp_path / "r.json")) == 1
+    assert mix(lab, "--output", str(tmp_path / "p.jsonl"), "--report", str(tmp_path / "r.json")) == 2
     assert "give the Markdown report's path" in one_error_line(capsys, "mix")
-    assert mix(lab, "--output", str(read_only / "under-a-file.jsonl")) == 1
+    assert mix(lab, "--output", str(read_only / "under-a-file.jsonl")) == 2
     assert "under-a-file.jsonl: cannot use it: Not a directory" in one_error_line(capsys, "mix")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "mix", "ro.jsonl"]
 
@@ -181,7 +181,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(
 def test_read_only_directory_is_refused(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
-    assert mix(lab, "--output", str(locked / "p.jsonl")) == 1
+    assert mix(lab, "--output", str(locked / "p.jsonl")) == 2
     assert "permission denied" in one_error_line(capsys, "mix")
 
 
@@ -206,7 +206,7 @@ def test_a_failing_disk_leaves_the_old_outputs_and_no_orphan_report(
         text=True,
         preexec_fn=_limit_file_size(4096),
     )
-    assert done.returncode == 1
+    assert done.returncode == 7  # no room to write (EFBIG, as a full disk): docs/exit-codes.md
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert (
         "cannot write" in done.stderr
@@ -226,7 +226,7 @@ def test_a_failing_disk_leaves_the_old_outputs_and_no_orphan_report(
         text=True,
         preexec_fn=_limit_file_size(size),
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 7, done.stderr
     assert {p: p.read_bytes() for p in before} == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
@@ -260,7 +260,7 @@ def test_a_malformed_result_names_line_and_field(
     damage(lines[1])
     merge_inputs["results"].write_text("".join(json.dumps(r) + "\n" for r in lines))
     out = tmp_path / "merged.jsonl"
-    assert main([*merge_args(merge_inputs), "--output", str(out), "--report", str(tmp_path / "m.md")]) == 1
+    assert main([*merge_args(merge_inputs), "--output", str(out), "--report", str(tmp_path / "m.md")]) == 2
     err = one_error_line(capsys, "merge")
     assert __import__("re").search(message, err), err
     assert not out.exists() and not (tmp_path / "m.md").exists()
@@ -282,7 +282,7 @@ def test_a_malformed_prompt_names_line_and_field(
     damage(lines[2])
     merge_inputs["prompts"].write_text("".join(json.dumps(r) + "\n" for r in lines))
     out = tmp_path / "merged.jsonl"
-    assert main([*merge_args(merge_inputs), "--output", str(out)]) == 1
+    assert main([*merge_args(merge_inputs), "--output", str(out)]) == 2
     err = one_error_line(capsys, "merge")
     assert f"prompts.jsonl:3: {field}" in err
     assert not out.exists()
@@ -296,7 +296,7 @@ def test_merge_refuses_existing_rows_that_are_not_conversations(
     rows.insert(3, json.dumps({"category": "code", "junk": 1}))
     existing.write_text("\n".join(rows) + "\n")
     out = tmp_path / "merged.jsonl"
-    assert main([*merge_args(merge_inputs, existing=existing), "--output", str(out)]) == 1
+    assert main([*merge_args(merge_inputs, existing=existing), "--output", str(out)]) == 2
     err = one_error_line(capsys, "merge")
     assert "existing.jsonl:4: row has no field 'conversations'" in err and "must hold conversations" in err
     assert not out.exists()

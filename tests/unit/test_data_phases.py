@@ -213,7 +213,7 @@ def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: P
         ).all_healthy
         job = subprocess.run(
             [sys.executable, "-m", "sglfleet", "generate", "-i", str(tmp_path / "fleet" / "prompts.jsonl"),
-             "-o", str(tmp_path / "fleet" / "results.jsonl"), "-e", url, "--max-tokens", "16"],
+             "-o", str(tmp_path / "fleet" / "results.jsonl"), "-e", url, "--max-tokens", "64"],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert job.returncode == 0, job.stderr[-3000:]
@@ -231,3 +231,15 @@ def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: P
 
     rc, out, stats = playbook(inv, "playbooks/merge.yml")
     assert rc == 0 and stats["changed"] == 0, out[-4000:]
+
+    # prompts on the controller that are not what the job ran on (the same ids, other questions): the
+    # job's manifest came with its results, and merge refuses to pair answers with them
+    prompts = tmp_path / "work" / "prompts.jsonl"
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    for row in rows:
+        row["body"]["messages"][-1]["content"] = "changed: " + row["body"]["messages"][-1]["content"]
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    rc, out, _ = playbook(inv, "playbooks/merge.yml")
+    assert rc != 0, out[-4000:]
+    assert "are not the input the results were generated from" in " ".join(out.split()), out[-4000:]
+    assert (tmp_path / "work" / "merged.jsonl").read_text().splitlines() == merged

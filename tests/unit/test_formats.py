@@ -25,7 +25,7 @@ def _conv(cid: object, *turns: tuple[str, str]) -> dict[str, object]:
     return {"id": cid, "conversations": [{"role": r, "content": c} for r, c in turns]}
 
 
-def test_batch_file_is_detected_and_streamed_with_defaults(tmp_path: Path) -> None:
+def test_batch_file_is_detected_and_streamed_with_the_flags_set(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
         [_batch("a"), "", _batch("b", "/v1/completions", prompt="once upon", max_tokens=7)],
@@ -37,7 +37,8 @@ def test_batch_file_is_detected_and_streamed_with_defaults(tmp_path: Path) -> No
     assert [(r.custom_id, r.url) for r in reqs] == [("a", "/v1/chat/completions"), ("b", "/v1/completions")]
     first, second = (json.loads(r.body) for r in reqs)
     assert first["model"] == "m" and first["max_tokens"] == 64
-    assert second["max_tokens"] == 7, "a body's own value wins over the defaults"
+    assert second["max_tokens"] == 64, "what the command line gives wins over the body's own value"
+    assert second["prompt"] == "once upon"
 
 
 def test_conversation_regenerates_the_last_assistant_turn(tmp_path: Path) -> None:

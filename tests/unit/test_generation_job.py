@@ -17,13 +17,13 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _spec(tmp_path: Path, urls: list[str], **kw: object) -> job.JobSpec:
+    kw.setdefault("max_tokens", 16)
     return job.JobSpec(
         name="t1",
         input=tmp_path / "in.jsonl",
         output=tmp_path / "out.jsonl",
         endpoints=urls,
         concurrency=4,
-        max_tokens=16,
         env_dir=tmp_path / "run",
         **kw,  # type: ignore[arg-type]
     )
@@ -153,3 +153,37 @@ def test_spec_problems() -> None:
     problems = bad.problems()
     assert any("name '../x'" in p for p in problems) and any("absolute" in p for p in problems)
     assert any("max_failures must be 0 or more" in p for p in problems)
+
+
+def test_the_unit_runs_every_option_the_cli_has(tmp_path: Path) -> None:
+    """What `sglfleet generate` offers, the module offers too: all turns regenerated, the reasoning
+    kept, extra body fields and chat template kwargs sent, top_k, the metrics served (and lingering)."""
+    from sglfleet_testing.standin.process import free_port
+
+    port = free_port()
+    with fleet({"reasoning_parser": "qwen3", "standin_natural_tokens": "40:60"}) as servers:
+        spec = _spec(
+            tmp_path,
+            [servers[0].base_url],
+            max_tokens=200,
+            turns="all",
+            keep_reasoning=True,
+            top_k=5,
+            extra_body={"min_p": 0.05},
+            chat_template_kwargs={"enable_thinking": True},
+            metrics_port=port,
+            metrics_linger=0.0,
+        )
+        ids = write_conversations(spec.input, 4)
+        proc = subprocess.run(spec.command(), capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in proc.stderr
+    records = assert_exactly_once(spec.output, ids)
+    for record in records:
+        answers = [t for t in record["conversations"] if t["role"] == "assistant"]
+        assert answers and all(t["reasoning_content"] for t in answers)
+    m = load(manifest_path(spec.output))
+    assert m is not None
+    assert m.params["turns"] == "all" and m.params["keep_reasoning"] is True
+    assert m.params["extra"] == {"min_p": 0.05, "top_k": 5, "chat_template_kwargs": {"enable_thinking": True}}
+    assert job.JobSpec(name="x", input=Path("/i"), output=Path("/o"), endpoints=[], turns="some").problems()

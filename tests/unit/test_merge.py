@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -152,7 +153,7 @@ def test_cli_merge(tmp_path: Path, mixed, capsys: pytest.CaptureFixture) -> None
     assert len(out.read_text().splitlines()) == 220
     assert main([*args, "--output", str(out), "--min-completion-tokens", "31"]) == 0
     assert "100 rows written" in capsys.readouterr().out
-    assert main([*args[:-1], str(tmp_path / "missing.jsonl"), "--output", str(out)]) == 1
+    assert main([*args[:-1], str(tmp_path / "missing.jsonl"), "--output", str(out)]) == 2
     assert "prompts: " in capsys.readouterr().err
 
 
@@ -163,9 +164,9 @@ def test_prompts_default_to_the_input_of_the_generation_manifest(tmp_path: Path,
         DataError, match=r"r\.jsonl: no r\.jsonl\.manifest\.json next to it .* pass --prompts"
     ):
         merge(existing, results, None, tmp_path / "o.jsonl")
-    manifest = {
+    manifest = {  # relative: to the manifest's directory (where the mix wrote the prompts)
         "status": "complete",
-        "input": {"path": prompts.name, "sha256": "0" * 64, "format": "openai-batch"},
+        "input": {"path": prompts.name, "sha256": hashlib.sha256(prompts.read_bytes()).hexdigest()},
     }
     (tmp_path / "r.jsonl.manifest.json").write_text(json.dumps(manifest))
     report = merge(existing, results, None, tmp_path / "o.jsonl")

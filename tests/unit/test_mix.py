@@ -356,5 +356,5 @@ def test_cli_mix_writes_the_prompts_and_reports_errors(tmp_path: Path, capsys: p
     assert main([*args, "--report", str(tmp_path / "r.md")]) == 0
     assert len(out.read_text().splitlines()) == 120
     assert (tmp_path / "r.json").exists()
-    assert main(["mix", "--config", str(tmp_path / "none.yaml"), "--output", str(out)]) == 1
+    assert main(["mix", "--config", str(tmp_path / "none.yaml"), "--output", str(out)]) == 2
     assert "none.yaml: cannot read the mix config" in capsys.readouterr().err

@@ -226,3 +226,27 @@ class TestApiKey:
     def test_server_info_does_not_echo_the_key(self, keyed_url):
         info = httpx.get(f"{keyed_url}/server_info", headers={"Authorization": "Bearer s3cret"})
         assert "s3cret" not in info.text
+
+
+def test_reasoning_parser_answers_as_sglang_builds_a_thinking_models_message():
+    """With --reasoning-parser the answer is split as SGLang's _build_chat_response does: the thinking
+    in reasoning_content, the rest in content, an empty part as null (content null when max_tokens cut
+    the model while it was still thinking); separate_reasoning false turns the split off."""
+    with (
+        running_standin(model_path=MODEL, reasoning_parser="qwen3") as base_url,
+        httpx.Client(base_url=base_url, timeout=10) as http,
+    ):
+
+        def message(**body) -> dict:
+            request = {"messages": [{"role": "user", "content": "think, then answer"}], **body}
+            answer = http.post("/v1/chat/completions", json=request)
+            assert answer.status_code == 200
+            return answer.json()["choices"][0]["message"]
+
+        whole = message(max_tokens=200)
+        assert whole["reasoning_content"] and whole["content"]
+        cut = message(max_tokens=1)
+        assert cut["reasoning_content"] and cut["content"] is None
+        plain = message(max_tokens=200, separate_reasoning=False)
+        assert plain["reasoning_content"] is None
+        assert plain["content"] == f"{whole['reasoning_content']} {whole['content']}"

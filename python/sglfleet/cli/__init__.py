@@ -42,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (what a "next:" line repeats)
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             return 2

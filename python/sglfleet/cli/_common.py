@@ -27,15 +27,27 @@ def add_api_key_args(parser: argparse.ArgumentParser) -> None:
 
 
 def api_key_from_args(args: argparse.Namespace) -> str | None:
-    """The key from --api-key, --api-key-file or $SGLFLEET_API_KEY; ValueError naming a bad file."""
+    """The key from --api-key, --api-key-file or $SGLFLEET_API_KEY; ValueError naming a bad file or a
+    key that cannot go into an HTTP header (a line break or another control character in it)."""
     if args.api_key:
-        return args.api_key
+        return _checked(args.api_key, "--api-key")
     if args.api_key_file:
         try:
-            return args.api_key_file.read_text().strip() or None
-        except OSError as exc:
-            raise ValueError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from None
-    return os.environ.get(API_KEY_ENV) or None
+            key = args.api_key_file.read_text().strip() or None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ValueError(f"--api-key-file {args.api_key_file}: {why or exc}") from None
+        return _checked(key, f"--api-key-file {args.api_key_file}") if key else None
+    key = os.environ.get(API_KEY_ENV) or None
+    return _checked(key, f"${API_KEY_ENV}") if key else None
+
+
+def _checked(key: str, where: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise ValueError(
+            f"{where}: the key holds a line break or another control character (a key is one line)"
+        )
+    return key
 
 
 def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) -> None:

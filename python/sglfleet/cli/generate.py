@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,30 +16,62 @@ from sglfleet.gen._formats import GenParams
 from sglfleet.gen._progress import reporter_for
 
 EPILOG = f"""\
-exit codes (all but 0, 2 and 3 leave the job resumable: rerun the same command):
+exit codes (the scheme of mix, merge and generate: docs/exit-codes.md); the last line of a run that
+did not end with 0 or 2 names the command to run next:
   0 every request has its result       3 done, with permanent failures (OUT.errors.jsonl)
   2 bad input or arguments, nothing sent
   4 401/403: the API key is wrong or missing ({API_KEY_ENV}, --api-key-file)
-  5 no endpoint answers                6 the input changed since it was validated
+  5 no endpoint answers                6 the input changed since it was validated (--force goes on)
   7 no space left on the output's disk 1 other fatal error      130 interrupted
 Watch a running job from another shell: sglfleet job status OUT."""
 
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = json.loads(text, parse_constant=_json_finite)  # NaN, Infinity: not JSON
+    except (json.JSONDecodeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _finite(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
     return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not 0 or more")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535; 0: any free one)")
+    return value
+
+
+def _json_finite(text: str) -> float:
+    raise ValueError(f"{text} is not a finite number")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -60,22 +94,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--endpoints-file", type=Path, help="one endpoint URL a line (# comments)")
     p.add_argument("--concurrency", "-c", type=int, default=32, help="requests in flight per endpoint (32)")
-    p.add_argument("--model", help="model name for bodies without one")
-    p.add_argument("--max-tokens", type=int, help="max_tokens for bodies without one")
-    p.add_argument("--temperature", type=float, help="temperature for bodies without one")
-    p.add_argument("--top-p", type=float, help="top_p for bodies without one")
-    p.add_argument("--top-k", type=int, help="top_k for bodies without one (SGLang's extra sampling field)")
-    p.add_argument(
+    sampling = p.add_argument_group(
+        "sampling (each one given is set in every request body, over the body's own value; the "
+        "manifest records them)"
+    )
+    sampling.add_argument("--model", help="model name")
+    sampling.add_argument("--max-tokens", type=int, help="max_tokens")
+    sampling.add_argument("--temperature", type=_finite, help="temperature")
+    sampling.add_argument("--top-p", type=_finite, help="top_p")
+    sampling.add_argument("--top-k", type=int, help="top_k (SGLang's extra sampling field)")
+    sampling.add_argument(
         "--chat-template-kwargs",
         type=_json_object,
         metavar="JSON",
-        help="e.g. '{\"enable_thinking\": false}' for bodies without chat_template_kwargs",
+        help="chat_template_kwargs, e.g. '{\"enable_thinking\": false}'",
     )
-    p.add_argument(
+    sampling.add_argument(
         "--extra-body",
         type=_json_object,
         metavar="JSON",
-        help="more fields for bodies without them, e.g. '{\"min_p\": 0.05}'",
+        help="more body fields, e.g. '{\"min_p\": 0.05}'",
     )
     p.add_argument(
         "--turns",
@@ -87,7 +125,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--keep-reasoning",
         action="store_true",
-        help="conversation input: keep the answers' reasoning_content in the regenerated turns",
+        help="write each result's conversation with the answer's reasoning_content in its assistant "
+        "turn (SpecForge's --reasoning save), for chat requests of either input format; merge keeps it",
     )
     p.add_argument("--max-retries", type=int, default=5, help="retries of a request on retryable errors (5)")
     p.add_argument("--request-timeout", type=_positive_float, default=600.0, help="seconds per attempt (600)")
@@ -125,10 +164,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--stall-min", type=_positive_float, default=2.0, help="...and for at least this many seconds (2)"
     )
     p.add_argument(
-        "--metrics-port",
+        "--max-resends",
         type=int,
+        default=5,
+        help="times one request is sent to another endpoint because the one it waits on stalled (5)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
         metavar="PORT",
-        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics while the job runs (0: any free port)",
+        help="serve Prometheus metrics on BIND:PORT/metrics while the job runs (0: any free port)",
+    )
+    p.add_argument(
+        "--metrics-bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the metrics listen on (127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-linger",
+        type=_non_negative_float,
+        default=15.0,
+        metavar="S",
+        help="seconds the metrics stay up after the end, with the final values and "
+        "sglfleet_generate_exit_code, for the last scrape (15; a signal ends the wait)",
     )
     add_api_key_args(p)
     p.add_argument(
@@ -201,7 +260,10 @@ def _main(args: argparse.Namespace) -> int:
         probe_timeout=args.probe_timeout,
         stall_factor=args.stall_factor,
         stall_min=args.stall_min,
+        max_resends=args.max_resends,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_bind,
+        metrics_linger=args.metrics_linger,
     )
     outcome = run(config, reporter_for(sys.stdout, args.log_interval))
     for err in outcome.input_errors:
@@ -216,4 +278,30 @@ def _main(args: argparse.Namespace) -> int:
             f"{m.throughput.output_tokens_per_s:,.0f} out tok/s this run",
             file=stream,
         )
+    if outcome.next is not None:
+        print(f"next: {next_command(getattr(args, 'argv', None), outcome.next)}", file=stream)
     return int(outcome.exit_code)
+
+
+def next_command(argv: list[str] | None, step: str) -> str:
+    """The command to run next, as a shell line: this one again ("rerun"), or with --force ("force").
+    A key given with --api-key is left out (it would land in logs): give it the way you did."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    shown: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--api-key":
+            skip = True
+            continue
+        if arg.startswith("--api-key="):
+            continue
+        shown.append(arg)
+    if step == "force" and "--force" not in shown:
+        shown.append("--force")
+    line = shlex.join(["sglfleet", *shown])
+    if any(a == "--api-key" or a.startswith("--api-key=") for a in argv):
+        line += f"  # with the API key as before (better: ${API_KEY_ENV} or --api-key-file)"
+    return line

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except DataError as exc:
         print(f"sglfleet merge: error: {exc}", file=sys.stderr)
-        return 1
+        return int(exc.code)  # docs/exit-codes.md
     rows = report.as_dict()["rows"]
     print(
         f"{rows['total']} rows written to {args.output} ({rows['existing']} existing + {rows['new']} new; "

@@ -55,15 +55,21 @@ def run(args: argparse.Namespace) -> int:
             f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",
             file=sys.stderr,
         )
-        return 2
+        return 1  # not the input's fault (docs/exit-codes.md)
     try:
         config = load_config(args.config)
         if args.seed is not None:
             config = config.model_copy(update={"seed": args.seed})
         report = build_mix(config, args.output, args.report, cache=cache_of(args))
+    except ImportError as exc:  # a part of the extra imported on the way (datasketch, pyarrow, ...)
+        print(
+            f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",
+            file=sys.stderr,
+        )
+        return 1
     except DataError as exc:
         print(f"sglfleet mix: error: {exc}", file=sys.stderr)
-        return 1
+        return int(exc.code)  # docs/exit-codes.md
     data = report.as_dict()
     print(f"{data['prompts']} prompts written to {args.output}")
     for note in report.notes:

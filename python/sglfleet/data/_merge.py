@@ -24,6 +24,7 @@ import io
 import itertools
 import os
 import re
+import signal
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -38,6 +39,7 @@ from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
 from sglfleet.data._outputs import check_outputs, report_paths, written
 from sglfleet.data._report import MergeReport, report_bytes
+from sglfleet.launch import _die_with_parent as launch_die_with_parent
 
 DEFAULT_MIN_COMPLETION_TOKENS = 17
 DEFAULT_DROP_FINISH_REASONS = ("length",)
@@ -58,32 +60,72 @@ def _kind(value: Any) -> str:
     )
 
 
-def prompts_of(results: Path) -> Path:
-    """The prompts file a results file answers, from the manifest `sglfleet generate` writes next to it
-    (`RESULTS.manifest.json`, `input.path`)."""
-    manifest = results.with_name(results.name + ".manifest.json")
+def manifest_of(results: Path) -> Path:
+    """The generation manifest `sglfleet generate` writes next to its results."""
+    return results.with_name(results.name + ".manifest.json")
+
+
+def _manifest_input(results: Path) -> tuple[Path, str | None] | None:
+    """(the prompts file, its SHA-256) as the results' generation manifest names them; None without
+    a manifest. A relative `input.path` is taken relative to the manifest's own directory, never to
+    the current one."""
+    manifest = manifest_of(results)
     try:
         data = orjson.loads(manifest.read_bytes())
-        path = Path(data["input"]["path"])
+        info = data["input"]
+        path = Path(info["path"])
     except FileNotFoundError:
-        raise DataError(
-            f"{results}: no {manifest.name} next to it to name the prompts file; pass --prompts"
-        ) from None
+        return None
     except OSError as exc:
         raise DataError(f"{manifest}: cannot read it: {exc.strerror}; pass --prompts") from None
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise DataError(f"{manifest}: no input.path in it ({exc}); pass --prompts") from None
-    if not path.is_absolute() and not path.exists():
+    sha = info.get("sha256")
+    if not path.is_absolute():
         path = manifest.parent / path
-    return path
+    return path, sha if isinstance(sha, str) else None
 
 
-def index_prompts(path: Path) -> dict[str, int]:
-    """custom_id → byte offset of its line in the prompts file."""
+def prompts_of(results: Path) -> Path:
+    """The prompts file a results file answers, from the manifest `sglfleet generate` writes next to it
+    (`RESULTS.manifest.json`, `input.path`, relative to the manifest's directory)."""
+    found = _manifest_input(results)
+    if found is None:
+        raise DataError(
+            f"{results}: no {manifest_of(results).name} next to it to name the prompts file; pass --prompts"
+        )
+    return found[0]
+
+
+def _check_last_line(line: bytes, where: str) -> None:
+    """A last line without its newline that does not parse is a write cut short (a generate killed
+    mid-line): the rerun of that generate cuts it and regenerates the request."""
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise DataError(
+            f"{where}: the results file ends with a torn line (its writer was killed mid-write); rerun the "
+            "same `sglfleet generate` command: it cuts the torn line and sends that request again, then merge"
+        ) from None
+
+
+def _die_with_parent(parent: int) -> None:
+    """A classification worker ends (SIGKILL) when the merge does, even by kill -9, as the launcher's
+    servers do (sglfleet.launch): an orphaned worker would wait for work for ever. SIGTERM ends it
+    too (the CLI turns SIGTERM into KeyboardInterrupt in the parent, which a worker must not keep)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    launch_die_with_parent(parent)
+
+
+def index_prompts(path: Path, digest: Any = None) -> dict[str, int]:
+    """custom_id → byte offset of its line in the prompts file; `digest` (a hashlib object) is fed
+    every byte of it on the way."""
     offsets: dict[str, int] = {}
     offset = 0
     with path.open("rb") as fh:
         for number, line in enumerate(fh, 1):
+            if digest is not None:
+                digest.update(line)
             if line.strip():
                 row = _json(line, f"{path}:{number}")
                 cid = row.get("custom_id") if isinstance(row, dict) else None
@@ -260,7 +302,7 @@ def classify_existing(path: Path, category_field: str | None, workers: int | Non
             Counter(),
         )
     counts: Counter[str] = Counter()
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         pending: deque[Future[Counter[str]]] = deque()
         try:
             for first, lines in _chunks(path, CHUNK_LINES):
@@ -293,13 +335,20 @@ def merge(
     `prompts=None`: the prompts file named by the results' generation manifest. `cache`: where the
     existing set's category counts are looked up and stored (None: classify every time).
     """
+    generated = _manifest_input(results) if results.is_file() else None
+    named = prompts is None
     if prompts is None:
         prompts = prompts_of(results)
     inputs = {"existing set": existing, "results": results, "prompts": prompts}
     for label, path in inputs.items():
         if not path.is_file():
-            raise DataError(f"{label}: {path}: no such file")
-    manifest = results.with_name(results.name + ".manifest.json")
+            where = (
+                f" (input.path of {manifest_of(results)}; pass --prompts)"
+                if named and label == "prompts"
+                else ""
+            )
+            raise DataError(f"{label}: {path}: no such file{where}")
+    manifest = manifest_of(results)
     if manifest.exists():
         inputs["generation manifest"] = manifest
     outputs = {"--output": output}
@@ -309,7 +358,15 @@ def merge(
     cache = cache or CategoryCache(None)
     drop = tuple(drop_finish_reasons)
     report = MergeReport(str(output), min_completion_tokens=min_completion_tokens, drop_finish_reasons=drop)
-    offsets = index_prompts(prompts)
+    prompts_sha = hashlib.sha256()
+    offsets = index_prompts(prompts, prompts_sha)
+    if generated is not None and generated[1] is not None and prompts_sha.hexdigest() != generated[1]:
+        raise DataError(
+            f"the prompts {prompts} (sha256 {prompts_sha.hexdigest()}) are not the input the results were "
+            f"generated from: {manifest} names {generated[0]} (sha256 {generated[1]}); results joined to "
+            "other prompts by custom_id would pair answers with the wrong questions. Pass the input "
+            "generate ran on as --prompts"
+        )
     report.prompts = len(offsets)
     seen: set[str] = set()
     kept: set[str] = set()
@@ -327,6 +384,8 @@ def merge(
                 if line.isspace():
                     continue
                 where = f"{results}:{number}"
+                if not line.endswith(b"\n"):
+                    _check_last_line(line, where)
                 result = _json(line, where)
                 cid = result.get("custom_id") if isinstance(result, dict) else None
                 if not isinstance(cid, str):

@@ -4,20 +4,24 @@ An output (the data file, the Markdown report, the JSON report next to it) is re
 same file as an input (same real path, or the same inode through another name or a hard link), lies
 inside an input directory (a saved dataset), is a directory, is read-only, or cannot be created.
 Writing itself goes through `atomic_writes`, so an error while writing (a full disk) leaves every
-output as it was; `written` turns that error into a `DataError` naming the file.
+output as it was; `written` turns that error into a `DataError` naming the file (exit 7 for a full
+disk), and first removes the temporary files of an earlier writer of the same outputs killed on the
+way (`kill -9`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from sglfleet.atomicio import atomic_writes
+from sglfleet.atomicio import atomic_writes, remove_stale_temporaries
 from sglfleet.data._errors import DataError
+from sglfleet.exitcodes import ExitCode
 
 
 def report_paths(report: Path) -> tuple[Path, Path]:
@@ -92,12 +96,16 @@ def _check_writable(label: str, path: Path) -> None:
 @contextlib.contextmanager
 def written(paths: Sequence[Path]) -> Iterator[list[BinaryIO]]:
     """`atomic_writes(paths)`, with an OS error (full disk, read-only file system) as a `DataError`."""
+    for path in paths:  # what a killed earlier run left next to its outputs (GBs, for a big merge)
+        remove_stale_temporaries(path)
     try:
         with atomic_writes(paths) as handles:
             yield handles
     except OSError as exc:
         outputs = ", ".join(map(str, paths))
         where = f"{exc.filename}: " if exc.filename else ""
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
         raise DataError(
-            f"cannot write {outputs}: {where}{exc.strerror or exc}; nothing was written or changed"
+            f"cannot write {outputs}: {where}{exc.strerror or exc}; nothing was written or changed",
+            ExitCode.DISK_FULL if full else ExitCode.FATAL,
         ) from None

@@ -5,7 +5,8 @@ the bottleneck of a fleet. Outcomes:
 
 * ``OK``: 200 with a completion body (a JSON object with a non-empty ``choices`` list);
 * ``RETRY``: connection error, timeout, 408, 429, 5xx, or a 200 whose body is not a completion
-  (not JSON, ``{"object": "error", ...}``, no ``choices``): worth another attempt, with backoff
+  (not JSON, ``{"object": "error", ...}``, no ``choices``, a choice without text: ``{}``,
+  ``message.content`` null): worth another attempt, with backoff
   (``Retry-After`` honoured when the server sends one);
 * ``AUTH``: 401 or 403: the API key is wrong or missing, a configuration error of the whole job;
 * ``PERMANENT``: any other status (4xx): the request itself is wrong; the server's message is kept.
@@ -105,7 +106,21 @@ def completion_problem(body: dict[str, Any]) -> str | None:
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return "no choices"
+    choice = choices[0]
+    message = choice.get("message")
+    if isinstance(message, dict):  # a chat completion: the answer is message.content
+        if not isinstance(message.get("content"), str):
+            # SGLang answers content null when nothing is left after the reasoning (a thinking model
+            # cut by max_tokens): not an answer to train on, retried, then reported
+            return f"choices[0].message.content is {_kind(message.get('content'))}"
+        return None
+    if not isinstance(choice.get("text"), str):  # a text completion: choices[0].text
+        return "choices[0] has neither message.content nor text"
     return None
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
 
 
 async def post(

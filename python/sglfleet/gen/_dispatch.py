@@ -145,8 +145,12 @@ class EndpointPool:
                 timeout = self.down_timeout - (loop.time() - all_down_since)
                 if timeout <= 0:
                     raise NoEndpoint(f"no endpoint has answered for {self.down_timeout:g} s")
-                if all(e.auth_failed for e in self.endpoints):
-                    raise NoEndpoint("every endpoint refused the API key")
+                refused = [e.url for e in self.endpoints if e.auth_failed]
+                if refused:  # a 401/403 is an answer: no need to wait for the endpoints that are down
+                    raise NoEndpoint(
+                        f"{', '.join(refused)} refused the API key (401/403) and no other endpoint "
+                        "answers: check the API key"
+                    )
             else:
                 all_down_since = None
             fut: asyncio.Future[None] = loop.create_future()

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import enum
 import errno
+import math
 import os
 import random
 import signal
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,12 +28,14 @@ from typing import Any
 import aiohttp
 import orjson
 
+from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
 from sglfleet.gen import _manifest as manifest
 from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint
 from sglfleet.gen._formats import (
     GenParams,
     InputChanged,
+    InputFormat,
     LineError,
     Request,
     ScanResult,
@@ -41,18 +44,6 @@ from sglfleet.gen._formats import (
 )
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
 from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0  # every request has its result
-    FATAL = 1  # the run could not go on (output unwritable, ...); resumable
-    BAD_INPUT = 2  # bad input or arguments; nothing was sent
-    FAILURES = 3  # done, but some requests failed permanently (see OUT.errors.jsonl)
-    AUTH = 4  # 401/403: the API key is wrong or missing; resumable once it is fixed
-    NO_ENDPOINT = 5  # no endpoint answers (at the start, or for --down-timeout); resumable
-    INPUT_CHANGED = 6  # the input is not what the output's manifest (or this run) validated
-    DISK_FULL = 7  # no space left for the output or the manifest; nothing half-written, resumable
-    INTERRUPTED = 130  # SIGINT/SIGTERM; resumable
 
 
 @dataclass
@@ -77,8 +68,10 @@ class GenerateConfig:
     probe_timeout: float = 10.0  # seconds the preflight (and each re-probe) waits for an endpoint
     stall_factor: float = 8.0  # stalled: nothing answered for this many times its recent latency...
     stall_min: float = 2.0  # ...and at least this many seconds
+    max_resends: int = 5  # times one request is sent elsewhere because its endpoint stalled
     metrics_port: int | None = None  # serve Prometheus text on 127.0.0.1:PORT/metrics (0: any port)
     metrics_host: str = "127.0.0.1"
+    metrics_linger: float = 0.0  # seconds the metrics stay up after the end, the final values in them
     # Seconds between /health probes of the endpoints that are up: a draining SGLang (SIGTERM, a
     # rolling restart) answers 503 there while it still accepts requests; it gets no new ones.
     watch_interval: float | None = 5.0
@@ -90,6 +83,20 @@ class Outcome:
     message: str
     input_errors: list[LineError] = field(default_factory=list)
     manifest: manifest.Manifest | None = None
+    # what to run next: "rerun" (the same command), "force" (the same with --force), None (fix the
+    # input or arguments first, or nothing: done); filled from the exit code unless set
+    next: str | None = None
+
+
+_NEXT = {
+    ExitCode.FATAL: "rerun",
+    ExitCode.FAILURES: "rerun",
+    ExitCode.AUTH: "rerun",
+    ExitCode.NO_ENDPOINT: "rerun",
+    ExitCode.INPUT_CHANGED: "force",
+    ExitCode.DISK_FULL: "rerun",
+    ExitCode.INTERRUPTED: "rerun",
+}
 
 
 def _now() -> str:
@@ -118,10 +125,49 @@ def check_config(config: GenerateConfig) -> list[str]:
         problems.append("--max-retries must be 0 or more")
     if config.request_timeout <= 0:
         problems.append("--request-timeout must be positive")
+    if config.max_resends < 0:
+        problems.append("--max-resends must be 0 or more")
+    if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
+        problems.append(f"--metrics-port {config.metrics_port} is not a TCP port (0-65535; 0: any free one)")
+    if config.metrics_linger < 0:
+        problems.append("--metrics-linger must be 0 or more")
+    p = config.params
+    for name, value in (("--temperature", p.temperature), ("--top-p", p.top_p)):
+        if value is not None and not math.isfinite(value):
+            problems.append(f"{name} {value} is not a finite number")
+    if p.max_tokens is not None and p.max_tokens < 1:
+        problems.append(f"--max-tokens {p.max_tokens} must be at least 1")
     if not Path(config.input).is_file():
         problems.append(f"input {config.input} is not a file")
+    problems += _output_problems(Path(config.output))
     if Path(config.output).resolve() == Path(config.input).resolve():
         problems.append("the output must not be the input")
+    return problems
+
+
+def _output_problems(output: Path) -> list[str]:
+    """Why the output (or its manifest next to it) cannot be written, found before anything is sent."""
+    problems = []
+    for path, what in ((output, "output"), (manifest.manifest_path(output), "the output's manifest")):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"{what} {path}: {exc.strerror}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            problems.append(f"{what} {path} is {kind}: give a file path for --output")
+    if problems:
+        return problems[:1]
+    parent = output.absolute().parent
+    while not parent.exists() and parent != parent.parent:  # the missing directories are created
+        parent = parent.parent
+    if not parent.is_dir():
+        problems.append(f"output {output}: {parent} is not a directory")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problems.append(f"output {output}: cannot write in {parent} (permission denied)")
     return problems
 
 
@@ -146,6 +192,7 @@ class _Ticket:
     task: asyncio.Task[Any]
     settled: bool = False  # the waiting task has its answer (or gave up): nothing more to do
     hedge: asyncio.Task[None] | None = None
+    resends: int = 0  # times it was sent to another endpoint because the one it waited on stalled
     won: tuple[client.Attempt, Endpoint] | None = None  # the other endpoint's answer, when it came first
 
 
@@ -294,7 +341,9 @@ class _Job:
         return None
 
     def _check_auth(self, ep: Endpoint, a: client.Attempt) -> None:
-        if all(e.auth_failed for e in self.pool.endpoints):
+        """A 401/403 is an answer: once no endpoint that is up takes the key, stop (exit 4), without
+        waiting for the endpoints that are down to come back."""
+        if not any(e.up and not e.auth_failed for e in self.pool.endpoints):
             status = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(a.status or 0, f"HTTP {a.status}")
             raise _Halt(ExitCode.AUTH, f"{status} from {ep.url}: check the API key")
 
@@ -338,16 +387,53 @@ class _Job:
                         ticket.hedge = asyncio.create_task(self._hedge(ticket, ep))
 
     async def _hedge(self, ticket: _Ticket, stalled: Endpoint) -> None:
-        other = await self.pool.acquire(stalled)
-        if ticket.settled or self.stop.is_set():
-            self.pool.release(other, "cancelled")
-            return
-        self.stats.resent += 1
-        a = await self._attempt(other, ticket.url, ticket.body)
-        if a.kind is client.Kind.OK and not ticket.settled:
-            ticket.won = (a, other)
-            ticket.settled = True
-            ticket.task.cancel()
+        """Send a request whose endpoint stalled to another endpoint, and again whenever that one
+        stalls or fails too, at most ``max_resends`` times: the first answer wins (the waiting task
+        takes it and cancels the rest), so it is written exactly once."""
+        avoid = stalled
+        while not ticket.settled and not self.stop.is_set() and ticket.resends < self.config.max_resends:
+            try:
+                other = await self.pool.acquire(avoid)
+            except NoEndpoint:
+                return  # the waiting task meets the same and says so
+            if ticket.settled or self.stop.is_set():
+                self.pool.release(other, "cancelled")
+                return
+            ticket.resends += 1
+            self.stats.resent += 1
+            a = await self._attempt_unless_stalled(other, ticket.url, ticket.body)
+            if a is not None and a.kind is client.Kind.OK:
+                if not ticket.settled:
+                    ticket.won = (a, other)
+                    ticket.settled = True
+                    ticket.task.cancel()
+                return
+            if a is not None and a.kind is not client.Kind.RETRY:
+                return  # the request (or the key) is refused: the waiting attempt's own answer decides
+            avoid = other
+            if a is not None:  # it failed (not stalled): back off as a retry does
+                delay = client.backoff(
+                    ticket.resends, self.config.backoff_base, self.config.backoff_cap, self.rng
+                )
+                if not await client.sleep(delay, self.stop):
+                    return
+
+    async def _attempt_unless_stalled(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt | None:
+        """:meth:`_attempt`, given up (None) as soon as ``ep`` is found stalled."""
+        stalled = ep.stalled  # this up period's event (a fresh one once the endpoint is back)
+        attempt = asyncio.ensure_future(self._attempt(ep, url, body))
+        waiter = asyncio.ensure_future(stalled.wait())
+        try:
+            await asyncio.wait({attempt, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not attempt.done():
+                attempt.cancel()  # its slot goes back as "cancelled"
+        if attempt.done() and not attempt.cancelled():
+            return attempt.result()
+        with contextlib.suppress(asyncio.CancelledError):
+            await attempt  # it hands its slot back
+        return None
 
     async def _attempt(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt:
         """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
@@ -426,7 +512,7 @@ class _ManifestWriter:
         self.config = config
         self.path = manifest.manifest_path(Path(config.output))
         self.input = manifest.InputInfo(
-            path=str(config.input),
+            path=str(Path(config.input).absolute()),  # merge reads it from anywhere
             sha256=scan.sha256,
             format=str(scan.format),
             requests=scan.requests,
@@ -441,6 +527,7 @@ class _ManifestWriter:
         self, stats: Stats, status: manifest.Status, endpoints: list[Endpoint], message: str = ""
     ) -> manifest.Manifest:
         elapsed = stats.elapsed()
+        eta = stats.eta(stats.sample()[0]) if status == "running" else None
         return manifest.Manifest(
             status=status,
             input=self.input,
@@ -461,6 +548,7 @@ class _ManifestWriter:
                 output_tokens_per_s=round(stats.completion_tokens_this_run / elapsed, 3)
                 if elapsed > 0
                 else 0.0,
+                eta_s=None if eta is None else round(eta, 1),
             ),
             timings=manifest.Timings(
                 first_started_at=self.first_started,
@@ -516,7 +604,15 @@ INTERRUPTED_EARLY = "interrupted before anything was sent; rerun the same comman
 async def run_async(
     config: GenerateConfig, reporter: Reporter | None = None, handle_signals: bool = True
 ) -> Outcome:
-    """Run the job; see :class:`ExitCode` for what the outcome's exit code means."""
+    """Run the job; see :class:`ExitCode` for what the outcome's exit code means, ``next`` for what
+    to run then."""
+    outcome = await _run_async(config, reporter, handle_signals)
+    if outcome.next is None:
+        outcome.next = _NEXT.get(outcome.exit_code)
+    return outcome
+
+
+async def _run_async(config: GenerateConfig, reporter: Reporter | None, handle_signals: bool) -> Outcome:
     interrupt = _Interrupt()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
@@ -530,9 +626,10 @@ async def run_async(
         if isinstance(prepared, Outcome):
             return prepared
         try:
-            return await _execute(config, prepared, reporter, interrupt)
+            outcome = await _execute(config, prepared, reporter, interrupt)
         finally:
             prepared.store.close()
+        return outcome
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
@@ -578,6 +675,9 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
         return Outcome(
             ExitCode.BAD_INPUT, f"{config.input}: {n} bad line{'s' * (n != 1)}; nothing was sent", scan.errors
         )
+    unfit = _params_unfit(config, scan)
+    if unfit is not None:
+        return Outcome(ExitCode.BAD_INPUT, f"{unfit}; nothing was sent")
     if refused is not None:
         return refused
     live = await _preflight(config)
@@ -596,13 +696,31 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     except StoreError as exc:
         return Outcome(ExitCode.BAD_INPUT, str(exc))
     except OSError as exc:
-        store.close()
-        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
-        return Outcome(code, f"cannot open the output {config.output}: {exc}")
+        with contextlib.suppress(OSError):
+            store.close()
+        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.BAD_INPUT  # nothing was sent
+        return Outcome(
+            code, f"cannot use {config.output} as the output: {exc.strerror or exc}; nothing was sent"
+        )
     if interrupt.signalled:
         store.close()
         return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
     return _Prepared(scan, previous, store, resumed, pending, live)
+
+
+def _params_unfit(config: GenerateConfig, scan: ScanResult) -> str | None:
+    """Why an option cannot apply to this input (refused rather than ignored); None when it can."""
+    if config.params.turns == "all" and scan.format is InputFormat.BATCH:
+        return (
+            f"--turns all applies to conversation input (id, conversations); {config.input} is OpenAI "
+            "Batch input, whose requests are sent as they are: drop --turns all"
+        )
+    if config.params.keep_reasoning and scan.text_requests:
+        return (
+            f"--keep-reasoning applies to chat requests; {config.input} has {scan.text_requests} "
+            "/v1/completions request(s), whose answers carry no reasoning_content: drop --keep-reasoning"
+        )
+    return None
 
 
 def _check_previous(
@@ -614,6 +732,7 @@ def _check_previous(
                 ExitCode.BAD_INPUT,
                 f"{config.output} exists but has no manifest ({mpath}): "
                 "use --force to resume into it, or another --output",
+                next="force",
             )
         return None
     if config.force:
@@ -628,6 +747,7 @@ def _check_previous(
         code,
         f"{config.output} belongs to another job: {'; '.join(reasons)}. "
         "Use --force to continue it anyway (results already written are kept), or another --output",
+        next="force",
     )
 
 
@@ -713,8 +833,6 @@ async def _execute(
                     await task
             await job.cancel_all()
             await _close(pool, session)
-            if metrics is not None:
-                await metrics.cleanup()
             try:
                 prepared.store.sync()
             except OSError as exc:
@@ -727,8 +845,20 @@ async def _execute(
         if _is_disk_full(exc):
             code = ExitCode.DISK_FULL
         msg = f"{msg}; the manifest could not be updated ({exc}), the previous one is kept"
-        return Outcome(code if code != ExitCode.OK else ExitCode.FATAL, msg, manifest=None)
+        code, m = code if code != ExitCode.OK else ExitCode.FATAL, None
+    if metrics is not None:
+        await _linger(config, stats, int(code), interrupt)
+        await metrics.cleanup()
     return Outcome(code, msg, manifest=m)
+
+
+async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _Interrupt) -> None:
+    """Keep the metrics endpoint up ``metrics_linger`` seconds after the end, its final values and
+    the exit code in it, so that a scrape after the end reads them (a signal ends the wait)."""
+    stats.exit_code = code
+    if config.metrics_linger > 0 and not interrupt.signalled:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(interrupt.stop.wait(), config.metrics_linger)
 
 
 def _make_pool(config: GenerateConfig, probe: Callable[[Endpoint], Any]) -> EndpointPool:
@@ -822,7 +952,14 @@ def _verdict(
     job: _Job, stats: Stats, interrupt: _Interrupt, store: OutputStore
 ) -> tuple[ExitCode, manifest.Status, str]:
     if job.fatal:
-        return job.fatal_code, "failed", f"stopped: {job.fatal}; rerun to resume"
+        hint = {
+            ExitCode.INPUT_CHANGED: "; the manifest keeps the input as it was validated: restore it and "
+            "rerun, or rerun with --force to go on with the input as it is now (results already written "
+            "are kept)",
+            ExitCode.AUTH: "; give the right key, then rerun the same command to resume",
+            ExitCode.DISK_FULL: "",  # the message says it: free some and rerun
+        }.get(job.fatal_code, "; rerun the same command to resume")
+        return job.fatal_code, "failed", f"stopped: {job.fatal}{hint}"
     if interrupt.signalled:
         return ExitCode.INTERRUPTED, "interrupted", "interrupted; rerun the same command to resume"
     if stats.failed:
@@ -832,7 +969,7 @@ def _verdict(
             f"done with {stats.failed} permanent failure(s), see {store.errors_path}; a rerun retries them",
         )
     if stats.remaining:
-        return ExitCode.FATAL, "failed", f"{stats.remaining} request(s) left unsent; rerun to resume"
+        return ExitCode.FATAL, "failed", f"{stats.remaining} request(s) left unsent; rerun the same command"
     return ExitCode.OK, "complete", "complete"
 
 

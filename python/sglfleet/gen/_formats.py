@@ -49,11 +49,14 @@ SAMPLING_KEYS = ("model", "max_tokens", "temperature", "top_p")
 
 @dataclass(frozen=True)
 class GenParams:
-    """Generation parameters filled into every request body that does not set them itself.
+    """Generation parameters set in every request body: a value given here wins over the body's own
+    (``sglfleet mix`` writes ``max_tokens`` into every body; ``--max-tokens 64`` means 64).
 
-    ``extra``: more body fields (``top_k``, ``chat_template_kwargs``, ...), filled in the same way.
-    ``turns`` and ``keep_reasoning`` apply to conversation input: regenerate the last assistant turn
-    or every one; keep the answer's ``reasoning_content`` in the regenerated conversation.
+    ``extra``: more body fields (``top_k``, ``chat_template_kwargs``, ...), set in the same way.
+    ``turns`` applies to conversation input: regenerate the last assistant turn or every one.
+    ``keep_reasoning``: keep each answer's ``reasoning_content`` in its assistant turn of the
+    conversation written with the result (chat requests of either input format), as SpecForge's
+    ``regenerate_train_data.py --reasoning save`` does.
     """
 
     model: str | None = None
@@ -65,7 +68,7 @@ class GenParams:
     keep_reasoning: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields filled into request bodies."""
+        """The fields set in request bodies."""
         fields = {k: getattr(self, k) for k in SAMPLING_KEYS if getattr(self, k) is not None}
         return {**self.extra, **fields}
 
@@ -131,6 +134,7 @@ class ScanResult:
     requests: int
     sha256: str
     size: int = 0  # bytes validated (what is sent is read from these bytes only)
+    text_requests: int = 0  # /v1/completions lines (validated scans only): no reasoning_content there
     errors: list[LineError] = field(default_factory=list)
     ids: IdSet = field(default_factory=IdSet)
     lines: Lines = field(default_factory=Lines)
@@ -335,10 +339,12 @@ def _scan(
             continue
         if validate:
             try:
-                fmt, cid, _, _ = parse_line(raw, result.format, all_turns)
+                fmt, cid, url, _ = parse_line(raw, result.format, all_turns)
             except InvalidLine as exc:
                 result.errors.append(LineError(number, str(exc)))
                 continue
+            if url == COMPLETIONS_URL:
+                result.text_requests += 1
         else:
             try:
                 fmt, cid = _quick_id(raw, result.format)
@@ -393,9 +399,11 @@ def make_request(
     """The request of a validated line, ``defaults`` filled into its body."""
     if fmt is InputFormat.BATCH:
         body = obj["body"]
-        for key, value in defaults.items():
-            body.setdefault(key, value)
-        return Request(obj["custom_id"], obj["url"], orjson.dumps(body), line)
+        body.update(defaults)  # what the command line gives wins over the body
+        turns = None
+        if params.keep_reasoning and obj["url"] == CHAT_URL:  # the conversation, reasoning kept
+            turns = tuple(body["messages"])
+        return Request(obj["custom_id"], obj["url"], orjson.dumps(body), line, turns)
     cid = str(obj["id"])
     if params.turns == "all":
         turns = tuple({"role": t["role"], "content": t["content"]} for t in obj["conversations"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -53,6 +54,15 @@ class JobSpec:
     env_dir: Path = Path("/run/sglfleet")
     python: str = sys.executable
     max_failures: int = 0  # permanent failures the phase tolerates (the job's exit code 3 either way)
+    top_k: int | None = None
+    extra_body: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    turns: str = "last"
+    keep_reasoning: bool = False
+    max_resends: int = 5
+    metrics_port: int | None = None
+    metrics_bind: str = "127.0.0.1"
+    metrics_linger: float = 15.0
 
     @property
     def unit(self) -> str:
@@ -70,6 +80,10 @@ class JobSpec:
             out.append("input and output must be absolute paths")
         if self.max_failures < 0:
             out.append(f"max_failures must be 0 or more, got {self.max_failures}")
+        if self.turns not in ("last", "all"):
+            out.append(f"turns must be last or all, got {self.turns!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            out.append(f"metrics_port {self.metrics_port} is not a TCP port (0-65535)")
         return out
 
     def command(self) -> list[str]:
@@ -93,9 +107,24 @@ class JobSpec:
             ("--max-tokens", self.max_tokens),
             ("--temperature", self.temperature),
             ("--top-p", self.top_p),
+            ("--top-k", self.top_k),
+            ("--metrics-port", self.metrics_port),
         ):
             if value is not None:
                 argv += [flag, str(value)]
+        for flag, obj in (
+            ("--extra-body", self.extra_body),
+            ("--chat-template-kwargs", self.chat_template_kwargs),
+        ):
+            if obj is not None:
+                argv += [flag, json.dumps(obj, separators=(",", ":"), sort_keys=True)]
+        if self.turns != "last":
+            argv += ["--turns", self.turns]
+        if self.keep_reasoning:
+            argv.append("--keep-reasoning")
+        argv += ["--max-resends", str(self.max_resends)]
+        if self.metrics_port is not None:
+            argv += ["--metrics-bind", self.metrics_bind, "--metrics-linger", str(self.metrics_linger)]
         if self.force:
             argv.append("--force")
         return argv

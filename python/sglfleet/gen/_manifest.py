@@ -41,6 +41,7 @@ class Tokens(BaseModel):
 class Throughput(BaseModel):
     requests_per_s: float = 0.0
     output_tokens_per_s: float = 0.0
+    eta_s: float | None = None  # seconds left at the recent rate; None: unknown (nothing answering lately)
 
 
 class Timings(BaseModel):
@@ -90,6 +91,10 @@ def load(path: Path) -> Manifest | None:
         text = Path(path).read_text()
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a directory, unreadable, ...
+        raise ManifestError(f"{path}: cannot read it as a manifest: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{path} is not a generation manifest: not UTF-8 text") from None
     try:
         return Manifest.model_validate_json(text)
     except ValidationError as exc:

@@ -45,6 +45,10 @@ class JobCollector:
         tokens.add_metric(["prompt"], s.prompt_tokens)
         tokens.add_metric(["completion"], s.completion_tokens)
         yield tokens
+        if s.exit_code is not None:  # the run has ended: what it exits with (docs/exit-codes.md)
+            yield GaugeMetricFamily(
+                PREFIX + "exit_code", "the run's exit code, once it has ended", value=s.exit_code
+            )
         yield GaugeMetricFamily(PREFIX + "requests_total", "requests in the input", value=s.total)
         yield GaugeMetricFamily(PREFIX + "requests_remaining", "requests still to do", value=s.remaining)
         in_flight = GaugeMetricFamily(PREFIX + "in_flight", "requests in flight", labels=["endpoint"])

@@ -36,7 +36,10 @@ class Stats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     completion_tokens_this_run: int = 0
+    exit_code: int | None = None  # once the run has ended (the metrics say it)
     _samples: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
+    _last_count: int = field(default=0, repr=False)
+    _last_change: float | None = field(default=None, repr=False)  # when done_this_run last grew
 
     @property
     def remaining(self) -> int:
@@ -46,26 +49,36 @@ class Stats:
         return time.monotonic() - self.started
 
     def sample(self, window: float = 10.0) -> tuple[float, float]:
-        """(requests/s, output tokens/s) over about the last ``window`` seconds."""
+        """(requests/s, output tokens/s) over about the last ``window`` seconds (or since the
+        previous sample, when that is longer ago: a log line every 30 s rates those 30 s)."""
         now = time.monotonic()
+        if self.done_this_run != self._last_count:
+            self._last_count, self._last_change = self.done_this_run, now
+        base = None
+        for t, d, k in self._samples:  # oldest first
+            if now - t >= window or (base is None and now - t >= 0.5):
+                base = (t, d, k)
         self._samples.append((now, self.done_this_run, self.completion_tokens_this_run))
-        t0, d0, k0 = self._samples[0]
-        for t, d, k in self._samples:
-            if now - t <= window:
-                t0, d0, k0 = t, d, k
-                break
-        if now - t0 < 0.5:  # too short a window: use the whole run
-            t0, d0, k0 = self.started, 0, 0
+        t0, d0, k0 = base or (self.started, 0, 0)
         span = max(now - t0, 1e-9)
         return (self.done_this_run - d0) / span, (self.completion_tokens_this_run - k0) / span
 
     def eta(self, rate: float) -> float | None:
-        return self.remaining / rate if rate > 0 else None
+        """Seconds left at ``rate`` (a recent one); None, "unknown", when nothing is answering: no
+        answer for over 4 times the usual gap between answers (and 2 s), or none at all lately."""
+        if self.remaining == 0:
+            return 0.0
+        if rate <= 0:
+            return None
+        since = self._last_change if self._last_change is not None else self.started
+        if time.monotonic() - since > max(2.0, 4.0 / rate):
+            return None
+        return self.remaining / rate
 
 
 def _hms(seconds: float | None) -> str:
     if seconds is None:
-        return "--:--:--"
+        return "unknown"
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 

@@ -4,7 +4,8 @@ Files, for an output ``OUT``:
 
 * ``OUT``: one OpenAI Batch output line per successful custom_id
   (``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``; for
-  conversation input also ``"conversations"``: the conversation with its regenerated assistant
+  conversation input, and with ``keep_reasoning`` for chat requests of batch input, also
+  ``"conversations"``: the conversation with its regenerated assistant
   turns, the row ``sglfleet merge`` writes);
 * ``OUT.errors.jsonl``: the permanent failures of the latest run, same shape with ``error`` set
   (they are retried by the next run, so the file is started afresh by each run).
@@ -296,11 +297,13 @@ class OutputStore:
         self._last_sync = time.monotonic() if now is None else now
 
     def close(self) -> None:
-        if self._fd >= 0 or self._err_fd >= 0:
-            self._dirty = True
-            self.sync()
-        for attr in ("_err_fd", "_fd"):
-            fd = getattr(self, attr)
-            if fd >= 0:
-                os.close(fd)  # closing the descriptor releases the flock
-                setattr(self, attr, -1)
+        try:
+            if self._fd >= 0 or self._err_fd >= 0:
+                self._dirty = True
+                self.sync()
+        finally:  # the descriptors are closed even when the sync fails (a file that cannot be synced)
+            for attr in ("_err_fd", "_fd"):
+                fd = getattr(self, attr)
+                if fd >= 0:
+                    os.close(fd)  # closing the descriptor releases the flock
+                    setattr(self, attr, -1)

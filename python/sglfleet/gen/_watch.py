@@ -2,7 +2,9 @@
 
 Reads ``OUT.manifest.json`` (rewritten every few seconds by the running job) and asks the output's
 lock whether a run holds it, so a job killed without a chance to write its last manifest reads
-``stopped`` rather than ``running`` forever.
+``stopped`` rather than ``running`` forever; the counts of a job that is not running are then read
+from its files (one line per result), which a killed run or a full disk leaves ahead of the manifest.
+The ETA is the running job's own (its recent rate), "unknown" when nothing has answered lately.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ class JobStatus:
         return asdict(self)
 
     def lines(self) -> list[str]:
-        eta = "-" if self.eta_s is None else _hms(self.eta_s)
+        eta = _hms(self.eta_s) if self.eta_s is not None else "unknown" if self.running else "-"
         note = f" ({self.message})" if self.message and not self.running else ""
+        if self.state == "stopped":  # killed before its last manifest: nothing said what to do
+            note = " (killed before it could say so; rerun the same `sglfleet generate` command: it resumes)"
         out = [
             f"{self.output}: {self.state}{note}",
             f"  {self.done}/{self.total} done ({self.percent:.1f}%), {self.failed} failed, "
@@ -77,6 +81,18 @@ def is_locked(output: Path) -> bool:
     return False
 
 
+def _count_lines(path: Path) -> int:
+    """Whole lines of a results file (one per id, exactly once; a torn last line is not one)."""
+    n = 0
+    try:
+        with path.open("rb") as fh:
+            while block := fh.read(1 << 20):
+                n += block.count(b"\n")
+    except (FileNotFoundError, IsADirectoryError):
+        return 0
+    return n
+
+
 def job_status(output: Path) -> JobStatus:
     """The status of the job writing ``output``; ManifestError when there is no manifest."""
     output = Path(output)
@@ -91,18 +107,28 @@ def job_status(output: Path) -> JobStatus:
     updated = dt.datetime.fromisoformat(m.timings.updated_at)
     ago = (dt.datetime.now(dt.UTC) - updated).total_seconds()
     rate = m.throughput.requests_per_s
+    done, failed = m.counts.done, m.counts.failed
+    if not running:  # a run killed (or out of disk) before its last manifest: the files say more
+        done = max(done, _count_lines(output))
+        if state in ("stopped", "failed"):
+            failed = max(failed, _count_lines(output.with_name(output.name + ".errors.jsonl")))
+    total = m.counts.total
+    remaining = max(0, total - done - failed)
+    eta = None
+    if running and m.throughput.eta_s is not None:
+        eta = max(0.0, m.throughput.eta_s - max(0.0, ago))
     return JobStatus(
         output=str(output),
         state=state,
         running=running,
-        total=m.counts.total,
-        done=m.counts.done,
-        failed=m.counts.failed,
-        remaining=m.counts.remaining,
-        percent=100.0 * m.counts.done / m.counts.total if m.counts.total else 100.0,
+        total=total,
+        done=done,
+        failed=failed,
+        remaining=remaining,
+        percent=100.0 * done / total if total else 100.0,
         requests_per_s=rate,
         output_tokens_per_s=m.throughput.output_tokens_per_s,
-        eta_s=m.counts.remaining / rate if running and rate > 0 else None,
+        eta_s=eta,
         updated_s_ago=max(0.0, ago),
         runs=m.timings.runs,
         message=m.message,

@@ -471,6 +471,7 @@ class StandinApp:
             return await self._stream_chat(request, req, job, rid, created)
         result = await self.engine.generate(job)
         completion = result.completion
+        reasoning, content = self._split_reasoning(completion.text, req)
         return _json(
             {
                 "id": rid,
@@ -482,8 +483,8 @@ class StandinApp:
                         "index": 0,
                         "message": {
                             "role": "assistant",
-                            "content": completion.text,
-                            "reasoning_content": None,
+                            "content": content,
+                            "reasoning_content": reasoning,
                             "tool_calls": None,
                         },
                         "logprobs": None,
@@ -495,6 +496,19 @@ class StandinApp:
                 "metadata": {"weight_version": "default"},
             }
         )
+
+    def _split_reasoning(self, text: str, req: ChatCompletionRequest) -> tuple[str | None, str | None]:
+        """(reasoning_content, content) of an answer. With --reasoning-parser (and the request's
+        separate_reasoning, default true) the model "thinks" for the first half of its words; what is
+        left is the answer. SGLang 0.5.12 builds the message the same way, an empty part as null
+        (sglang/srt/entrypoints/openai/serving_chat.py, _build_chat_response: ``content=text if text
+        else None``, ``reasoning_content=reasoning_text if reasoning_text else None``): an answer cut
+        by max_tokens while still thinking has ``content: null``."""
+        if not self.config.reasoning_parser or not req.separate_reasoning:
+            return None, text
+        words = text.split(" ") if text else []
+        cut = (len(words) + 1) // 2
+        return " ".join(words[:cut]) or None, " ".join(words[cut:]) or None
 
     async def _stream_chat(
         self, request: web.Request, req: ChatCompletionRequest, job: Job, rid: str, created: int

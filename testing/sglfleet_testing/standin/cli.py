@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     sg.add_argument("--tp-size", "--tp", dest="tp_size", type=_number(int, 1, None), default=1)
     sg.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     sg.add_argument("--watchdog-timeout", type=_number(float, 0.0, None, open_low=True), default=300.0)
+    sg.add_argument(
+        "--reasoning-parser",
+        default=None,
+        help="answer chat requests as a thinking model does: the first half of the text as "
+        "message.reasoning_content, the rest as message.content (null when nothing is left)",
+    )
 
     st = parser.add_argument_group("stand-in knobs")
     st.add_argument(
@@ -180,6 +186,7 @@ def parse_config(argv: Sequence[str] | None = None) -> StandinConfig:
         tp_size=args.tp_size,
         log_level=args.log_level,
         watchdog_timeout=args.watchdog_timeout,
+        reasoning_parser=args.reasoning_parser,
         load_seconds=args.standin_load_seconds,
         warmup_seconds=args.standin_warmup_seconds,
         health_seconds=args.standin_health_seconds,

@@ -23,6 +23,7 @@ class StandinConfig:
     tp_size: int = 1
     log_level: str = "info"
     watchdog_timeout: float = 300.0
+    reasoning_parser: str | None = None  # SGLang's --reasoning-parser: reasoning_content split off
     # --standin-* knobs
     load_seconds: float = 0.0  # no listener yet: connections refused, as while SGLang loads the model
     warmup_seconds: float = 0.0  # listening, /health* 503 (ServerStatus.Starting)
@@ -64,6 +65,7 @@ class StandinConfig:
             "dp_size": 1,
             "log_level": self.log_level,
             "watchdog_timeout": self.watchdog_timeout,
+            "reasoning_parser": self.reasoning_parser,
         }
 
     def server_args_repr(self) -> str:

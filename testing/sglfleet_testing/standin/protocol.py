@@ -125,6 +125,7 @@ class _OpenAIRequest(BaseModel):
 
 class ChatCompletionRequest(_OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
+    separate_reasoning: bool = True  # SGLang's field: split reasoning_content off (with --reasoning-parser)
     max_tokens: int | None = Field(default=None, ge=0)
     max_completion_tokens: int | None = Field(default=None, ge=0)
 
