@@ -113,7 +113,7 @@ demo-summary: ## where the demo's outputs are, and the mix and merge reports' he
 	@echo "  results       $(DEMO_OUT)/results.jsonl ($$(wc -l < $(DEMO_OUT)/results.jsonl) rows; on ct200: /var/lib/sglfleet/generated.jsonl + .manifest.json)"
 	@echo "  merged set    $(DEMO_OUT)/merged.jsonl ($$(wc -l < $(DEMO_OUT)/merged.jsonl) rows)"
 	@echo "  reports       $(DEMO_OUT)/mix-report.{md,json} $(DEMO_OUT)/merge-report.{md,json}"
-	@echo "  ledger        ct200:/var/lib/sglfleet/ledger.json (checklist above: ansible-playbook playbooks/status.yml)"
+	@echo "  ledger        ct200:/var/lib/sglfleet/ledger.json (checklist above: ansible-playbook -i inventory/lab playbooks/status.yml)"
 	@echo; echo "== Prompt mix ($(DEMO_OUT)/mix-report.md)"; sed -n '3p;/^## Category shares/,$$p' $(DEMO_OUT)/mix-report.md
 	@echo; echo "== Merge ($(DEMO_OUT)/merge-report.md)"; sed -n '3,9p;/^## Category shares/,$$p' $(DEMO_OUT)/merge-report.md
 

@@ -200,12 +200,16 @@ class Ansible:
 
 
 def _lab_host(port: int, **host_vars: object) -> dict:
-    """How the inventory reaches a lab CT: its sshd on 127.0.0.1, as root with the lab's key."""
+    """How the inventory reaches a lab CT: its sshd on 127.0.0.1, as root with the lab's key, without the
+    host key check that ansible.cfg leaves on (a lab CT's keys are new at every create), as inventory/lab
+    says for its own hosts."""
     return {
         "ansible_host": "127.0.0.1",
         "ansible_port": port,
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(SSH_KEY),
+        "ansible_host_key_checking": lab_vars()["ansible_host_key_checking"],
+        "ansible_ssh_common_args": lab_vars()["ansible_ssh_common_args"],
         **host_vars,
     }
 
