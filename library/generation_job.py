@@ -113,6 +113,15 @@ options:
     description: Seconds between polls with I(wait).
     type: float
     default: 10
+  metrics_port:
+    description:
+      - Serve the job's Prometheus metrics on I(metrics_bind):I(metrics_port)C(/metrics) while it runs
+        (C(sglfleet generate --metrics-port)). Unset serves none.
+    type: int
+  metrics_bind:
+    description: The address the metrics listen on; C(0.0.0.0) lets a Prometheus on another host scrape them.
+    type: str
+    default: 127.0.0.1
 attributes:
   check_mode:
     support: full
@@ -255,6 +264,8 @@ def main() -> None:
             "wait": {"type": "bool", "default": False},
             "wait_timeout": {"type": "float", "default": 86400},
             "poll_interval": {"type": "float", "default": 10},
+            "metrics_port": {"type": "int"},
+            "metrics_bind": {"type": "str", "default": "127.0.0.1"},
         },
         supports_check_mode=True,
     )
@@ -276,6 +287,8 @@ def main() -> None:
         force=p["force"],
         api_key=p["api_key"],
         max_failures=p["max_failures"],
+        metrics_port=p["metrics_port"],
+        metrics_bind=p["metrics_bind"],
     )
     problems = spec.problems()
     if problems:

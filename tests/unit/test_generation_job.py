@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -153,3 +156,27 @@ def test_spec_problems() -> None:
     problems = bad.problems()
     assert any("name '../x'" in p for p in problems) and any("absolute" in p for p in problems)
     assert any("max_failures must be 0 or more" in p for p in problems)
+
+
+def test_the_units_command_serves_metrics_on_the_bind_address(tmp_path: Path) -> None:
+    """Role generate's generate_metrics_port / generate_metrics_bind reach the unit as --metrics-port and
+    --metrics-bind: the running job answers a scrape on that address (127.0.0.2: loopback, not 127.0.0.1)."""
+    assert "--metrics-port" not in _spec(tmp_path, ["http://h:1"]).command()
+    with fleet({"standin_ttft": 0.02, "max_running_requests": 2}) as servers:
+        spec = _spec(tmp_path, [servers[0].base_url], metrics_port=0, metrics_bind="127.0.0.2")
+        assert spec.command()[-4:] == ["--metrics-port", "0", "--metrics-bind", "127.0.0.2"]
+        write_conversations(spec.input, 200)
+        proc = subprocess.Popen(spec.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            match = re.search(r"metrics on http://127\.0\.0\.2:(\d+)/metrics", line)
+            assert match, line
+            port = int(match.group(1))
+            with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5) as resp:
+                assert "sglfleet_generate_requests_total 200.0" in resp.read().decode()
+            with pytest.raises(urllib.error.URLError):  # not on 127.0.0.1: only the address asked for
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+            assert proc.wait(60) == 0, proc.stderr.read()  # type: ignore[union-attr]
+        finally:
+            proc.kill()
+            proc.wait()

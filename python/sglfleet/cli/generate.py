@@ -128,7 +128,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--metrics-port",
         type=int,
         metavar="PORT",
-        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics while the job runs (0: any free port)",
+        help="serve Prometheus metrics on BIND:PORT/metrics while the job runs (0: any free port)",
+    )
+    p.add_argument(
+        "--metrics-bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address the metrics listen on (default: %(default)s; 0.0.0.0: for a scraper elsewhere)",
     )
     add_api_key_args(p)
     p.add_argument(
@@ -202,6 +208,7 @@ def _main(args: argparse.Namespace) -> int:
         stall_factor=args.stall_factor,
         stall_min=args.stall_min,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_bind,
     )
     outcome = run(config, reporter_for(sys.stdout, args.log_interval))
     for err in outcome.input_errors:

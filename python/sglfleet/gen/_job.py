@@ -53,6 +53,8 @@ class JobSpec:
     env_dir: Path = Path("/run/sglfleet")
     python: str = sys.executable
     max_failures: int = 0  # permanent failures the phase tolerates (the job's exit code 3 either way)
+    metrics_port: int | None = None  # serve Prometheus metrics on metrics_bind:PORT while it runs
+    metrics_bind: str = "127.0.0.1"
 
     @property
     def unit(self) -> str:
@@ -96,6 +98,8 @@ class JobSpec:
         ):
             if value is not None:
                 argv += [flag, str(value)]
+        if self.metrics_port is not None:
+            argv += ["--metrics-port", str(self.metrics_port), "--metrics-bind", self.metrics_bind]
         if self.force:
             argv.append("--force")
         return argv
