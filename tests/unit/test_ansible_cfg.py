@@ -94,6 +94,6 @@ def test_every_command_shown_names_its_inventory() -> None:
                     args = match.group(2)
                     if not re.match(r" +(-|\S+\.yml|playbooks/|fleet|all|pve_hosts|\$\()", args):
                         continue  # prose: "`ansible-playbook` with an inventory per host"
-                    if not re.search(r"(^| )(-i|--inventory)[ =]", args):
+                    if not re.search(r"(^| )(-i|--inventory)([ =]|$)", args):  # `-i` may end a wrapped line
                         unnamed.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0).strip()}")
     assert not unnamed, "commands that name no inventory:\n" + "\n".join(unnamed)
