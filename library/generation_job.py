@@ -108,7 +108,9 @@ options:
         port; C(--metrics-port)). Unset, none.
     type: int
   metrics_bind:
-    description: Address the metrics listen on (C(--metrics-bind)).
+    description:
+      - The address the metrics listen on (C(--metrics-bind)); C(0.0.0.0) lets a Prometheus on another
+        host scrape them.
     type: str
     default: 127.0.0.1
   metrics_linger:

@@ -13,6 +13,7 @@ prepared_ct, fake_nvidia_smi); tests import the names they need from here.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -195,12 +196,16 @@ class Ansible:
 
 
 def _lab_host(port: int, **host_vars: object) -> dict:
-    """How the inventory reaches a lab CT: its sshd on 127.0.0.1, as root with the lab's key."""
+    """How the inventory reaches a lab CT: its sshd on 127.0.0.1, as root with the lab's key, without the
+    host key check that ansible.cfg leaves on (a lab CT's keys are new at every create), as inventory/lab
+    says for its own hosts."""
     return {
         "ansible_host": "127.0.0.1",
         "ansible_port": port,
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(SSH_KEY),
+        "ansible_host_key_checking": lab_vars()["ansible_host_key_checking"],
+        "ansible_ssh_common_args": lab_vars()["ansible_ssh_common_args"],
         **host_vars,
     }
 
@@ -413,3 +418,9 @@ class LabTarget(Target):
 
     def sh(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return self.container.run(f"bash -c {shlex.quote(script)}", check=False, timeout=timeout)
+
+
+@functools.cache
+def lab_vars() -> dict:
+    """inventory/lab/group_vars/all/lab.yml: the lab's PVE API, node, CT and CA."""
+    return yaml.safe_load((INVENTORY / "group_vars" / "all" / "lab.yml").read_text())

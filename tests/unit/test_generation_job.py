@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -187,3 +190,31 @@ def test_the_unit_runs_every_option_the_cli_has(tmp_path: Path) -> None:
     assert m.params["turns"] == "all" and m.params["keep_reasoning"] is True
     assert m.params["extra"] == {"min_p": 0.05, "top_k": 5, "chat_template_kwargs": {"enable_thinking": True}}
     assert job.JobSpec(name="x", input=Path("/i"), output=Path("/o"), endpoints=[], turns="some").problems()
+
+
+def test_the_units_command_serves_metrics_on_the_bind_address(tmp_path: Path) -> None:
+    """Role generate's generate_metrics_port / generate_metrics_bind reach the unit as --metrics-port and
+    --metrics-bind: the running job answers a scrape on that address (127.0.0.2: loopback, not 127.0.0.1)."""
+    assert "--metrics-port" not in _spec(tmp_path, ["http://h:1"]).command()
+    with fleet({"standin_ttft": 0.02, "max_running_requests": 2}) as servers:
+        spec = _spec(
+            tmp_path, [servers[0].base_url], metrics_port=0, metrics_bind="127.0.0.2", metrics_linger=0.0
+        )
+        command = spec.command()
+        assert command[command.index("--metrics-port") + 1] == "0"
+        assert command[command.index("--metrics-bind") + 1] == "127.0.0.2"
+        write_conversations(spec.input, 200)
+        proc = subprocess.Popen(spec.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            match = re.search(r"metrics on http://127\.0\.0\.2:(\d+)/metrics", line)
+            assert match, line
+            port = int(match.group(1))
+            with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5) as resp:
+                assert "sglfleet_generate_requests_total 200.0" in resp.read().decode()
+            with pytest.raises(urllib.error.URLError):  # not on 127.0.0.1: only the address asked for
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+            assert proc.wait(60) == 0, proc.stderr.read()  # type: ignore[union-attr]
+        finally:
+            proc.kill()
+            proc.wait()

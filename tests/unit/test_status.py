@@ -271,3 +271,31 @@ def test_health_cli_api_key_from_env_is_used(tmp_path: Path) -> None:
     assert no_key["model"] is None
     assert env_key["instances"][0]["model"] == SERVED
     assert file_key["instances"][0]["model"] == SERVED
+
+
+def test_piped_output_cuts_no_column(fleet: int, ledger_file: Path) -> None:
+    """Off a terminal (a pipe, a log, Ansible's register) and without --width, `status` and `health` print
+    every cell whole, however wide the tables get; rich alone would assume 80 columns and cut to `350…`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(fake_smi_env("rtxpro6000_ws_idle"))
+    down = f"http://127.0.0.1:{fleet + 3}"
+    status = subprocess.run(
+        [sys.executable, "-m", "sglfleet", "status", "--ledger", str(ledger_file), "--port-base", str(fleet),
+         "--count", "4", "--nvidia-smi", str(DATA / "fake-nvidia-smi")],
+        capture_output=True, text=True, timeout=60, env=env, check=False,  # stdout a pipe, not a terminal
+    )  # fmt: skip
+    health = subprocess.run(
+        [sys.executable, "-m", "sglfleet", "health", "--port-base", str(fleet), "--count", "4"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,  # stdout a pipe, not a terminal
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert health.returncode == 1, health.stderr  # instance 3 is down
+    for out in (status.stdout, health.stdout):
+        assert "…" not in out, out
+        assert max(len(line) for line in out.splitlines()) > 80, out
+        rows = [line for line in out.splitlines() if f"│ {fleet + 2} │" in line]
+        assert len(rows) == 1, out
+        cells = [c.strip() for c in rows[0].strip("│ ").split("│")]
+        assert cells[:5] == ["2", str(fleet + 2), "200 healthy", SERVED, "0"], cells
+    assert f"3/4 instances healthy; unhealthy: {down} (refused)" in health.stdout  # one line, whole
+    assert "node=kpro6, vmid=200" in status.stdout

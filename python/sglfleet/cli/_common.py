@@ -10,9 +10,24 @@ import argparse
 import os
 from pathlib import Path
 
+from rich.console import Console
+
 from sglfleet.fleet import _health as health
 
 API_KEY_ENV = "SGLFLEET_API_KEY"
+# Off a terminal (a pipe, a log, Ansible's register) no column is cut: the table is as wide as its content.
+UNBOUNDED_WIDTH = 100_000
+
+
+def table_console(width: int | None = None) -> Console:
+    """The console tables print to: `width` columns when given; else the terminal's width on a terminal,
+    and no limit off one (rich would assume 80 columns and cut cells to `350…`)."""
+    if width:
+        return Console(width=width)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=UNBOUNDED_WIDTH)
+    return console
 
 
 def add_api_key_args(parser: argparse.ArgumentParser) -> None:

@@ -6,14 +6,13 @@ import argparse
 import json
 import sys
 
-from rich.console import Console
-
 # shared with `sglfleet status` and `sglfleet generate`; kept importable from here
 from sglfleet.cli._common import (
     API_KEY_ENV,
     add_endpoint_args,
     api_key_from_args,
     endpoints_from_args,
+    table_console,
 )
 from sglfleet.fleet import _health as health
 from sglfleet.fleet._status import FleetStatus, instance_table, join_gpu_memory
@@ -57,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**fleet.model_dump(mode="json"), "summary": fleet.summary()}, indent=2))
     else:
-        console = Console()
+        console = table_console()
         status = FleetStatus(ledger_path="", checklist=(), instances=join_gpu_memory(fleet.instances, None))
         console.print(f"Instances ({fleet.healthy_count}/{len(fleet.instances)} healthy)", style="bold")
         console.print(instance_table(status))

@@ -7,9 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
-from sglfleet.cli._common import add_endpoint_args, api_key_from_args, endpoints_from_args
+from sglfleet.cli._common import add_endpoint_args, api_key_from_args, endpoints_from_args, table_console
 from sglfleet.fleet import _gpus as gpus
 from sglfleet.fleet import _ledger as ledger
 from sglfleet.fleet._status import gather_status, layout_from_env_dir, parse_status_json, render
@@ -42,7 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="print the tables from the JSON that `sglfleet status --json` wrote to FILE ('-' for stdin)",
     )
-    parser.add_argument("--width", type=int, default=None, help="table width (default: the terminal's)")
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="table width (default: the terminal's; unlimited off a terminal)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         data.update(summary=status.summary(), healthy_count=status.healthy_count)
         print(json.dumps(data, indent=2))
     else:
-        render(status, Console(width=args.width) if args.width else Console())
+        render(status, table_console(args.width))
     return 0
 
 
