@@ -59,9 +59,8 @@ def make_session(total_connections: int, api_key: str | None = None) -> aiohttp.
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     connector = aiohttp.TCPConnector(limit=total_connections, limit_per_host=0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector, headers=headers, skip_auto_headers=("User-Agent",), auto_decompress=True
-    )
+    # no skip_auto_headers: skipping one makes aiohttp build a header multidict per request
+    return aiohttp.ClientSession(connector=connector, headers=headers, auto_decompress=True)
 
 
 def _server_message(status: int, raw: bytes, body: Any) -> str:
