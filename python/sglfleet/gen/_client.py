@@ -115,8 +115,7 @@ async def post(
         async with session.post(url, data=body, timeout=limit) as resp:
             raw = await resp.read()
             status = resp.status
-            request_id = resp.headers.get("x-request-id", "")
-            wait = retry_after(resp.headers.get("Retry-After"))
+            headers = resp.headers
     except TimeoutError:
         return Attempt(Kind.RETRY, message=f"timed out after {limit.total} s", endpoint_down=True)
     except aiohttp.ClientError as exc:
@@ -139,7 +138,8 @@ async def post(
             )
         problem = completion_problem(parsed)
         if problem is None:
-            return Attempt(Kind.OK, status, parsed, raw, request_id or str(parsed.get("id", "")))
+            request_id = headers.get("x-request-id") or str(parsed.get("id", ""))
+            return Attempt(Kind.OK, status, parsed, raw, request_id)
         return Attempt(
             Kind.RETRY,
             status,
@@ -159,7 +159,7 @@ async def post(
             raw,
             message=message,
             endpoint_down=status in DOWN_STATUSES,
-            retry_after=wait,
+            retry_after=retry_after(headers.get("Retry-After")),
         )
     return Attempt(Kind.PERMANENT, status, parsed, raw, message=message)
 

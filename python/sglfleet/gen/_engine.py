@@ -385,12 +385,14 @@ class _Job:
     # -- the whole run ------------------------------------------------------------------------
 
     async def feed(self, batches: Iterator[list[Request]]) -> None:
-        """Start the workers: twice the pool's capacity (what bounds requests in flight + waiting to
-        retry), each taking the next request and seeing it through. A worker per request slot, not
-        a task per request: that costs throughput. The input is read on the loop, a batch at a time
-        as the workers need it (a thread reading it competes with the loop for the interpreter)."""
+        """Start the workers, one per request slot of the pool, each taking the next request and
+        seeing it through (its retries included: a request waiting to retry holds its worker, so
+        requests in flight + waiting to retry stay within the capacity). Not a task per request,
+        nor more workers than slots (they would queue for a slot on every release): both cost
+        throughput. The input is read on the loop, a batch at a time as the workers need it (a
+        thread reading it would compete with the loop for the interpreter)."""
         requests = itertools.chain.from_iterable(batches)
-        for _ in range(2 * self.pool.capacity):
+        for _ in range(self.pool.capacity):
             task = asyncio.create_task(self._work(requests))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
