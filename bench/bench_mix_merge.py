@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks of `sglfleet mix` and `sglfleet merge`, each measured side by side in one run.
 
+0. Near-copy clusters: 1,001 and 3,001 near copies of one prompt, how many are kept (ideal: 1).
 1. Near-duplicate recall: pairs planted at known Jaccard similarity (word 3-grams), half of them
    against the existing set; prints recall at >= threshold + 0.05, false drops at <= threshold - 0.1,
    the unrelated rows dropped, and the memory per row.
@@ -430,6 +431,33 @@ def print_recall(threshold: float, pairs: int, background: int) -> None:
     print()
 
 
+def cluster_bench(sizes: tuple[int, ...], threshold: float) -> None:
+    """Clusters of near copies of one prompt (the prompt + one word of its own each: Jaccard >= 0.93
+    between any two) among unrelated texts: how many of each cluster are kept (ideal: 1)."""
+    from sglfleet.data._dedupe import NearDeduper
+
+    print(f"## Near-copy clusters, threshold {threshold} (ideal: 1 kept, any cluster size)")
+    print()
+    print("| near copies of one prompt | kept | unrelated texts kept | s |")
+    print("| ---: | ---: | ---: | ---: |")
+    for size in sizes:
+        words = Words()
+        base = words.take(60)
+        cluster = [" ".join([*base, w]) for w in words.take(size)]
+        unrelated = [" ".join(words.take(40)) for _ in range(2000)]
+        near = NearDeduper(threshold)
+        offered = [*unrelated[:1000], *cluster, *unrelated[1000:]]
+        t = time.perf_counter()
+        for text in offered:
+            near.add(text)
+        verdicts = dict(zip(offered, near.resolve(), strict=True))
+        seconds = time.perf_counter() - t
+        kept = sum(verdicts[c] is None for c in cluster)
+        others = sum(verdicts[u] is None for u in unrelated)
+        print(f"| {size:,} | {kept} | {others} of {len(unrelated)} | {seconds:.1f} |", flush=True)
+    print()
+
+
 # ---- 2. merge against a plain merge ---------------------------------------------------------------
 
 
@@ -565,6 +593,7 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="mix table: larger size, 1 = 1M + 300K")
     parser.add_argument("--no-near", action="store_true", help="mix table: exact dedupe only")
     parser.add_argument("--skip-recall", action="store_true")
+    parser.add_argument("--skip-clusters", action="store_true")
     parser.add_argument("--skip-merge", action="store_true")
     parser.add_argument("--workdir", type=Path, help="keep the data here (default: a temporary directory)")
     args = parser.parse_args()
@@ -572,6 +601,8 @@ def main() -> int:
         root = args.workdir or Path(tmp)
         if not args.skip_recall:
             print_recall(args.threshold, args.pairs, args.background)
+        if not args.skip_clusters:
+            cluster_bench((1_001, 3_001), args.threshold)
         if not args.skip_merge:
             rows = int(EXISTING_ROWS * args.merge_scale)
             merge_bench(root / f"merge-{args.merge_scale:g}", rows, rows // 5, args.repeat)
