@@ -406,6 +406,8 @@ class _Job:
                 await self.handle(req)
         except InputChanged as exc:
             self.halt(str(exc), ExitCode.INPUT_CHANGED)
+        except OSError as exc:  # reading the input (handle catches its own write errors)
+            self.halt(f"cannot read the input {self.config.input}: {exc}")
 
     async def drain(self, seconds: float | None) -> None:
         if self.tasks:
