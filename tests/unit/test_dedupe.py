@@ -155,3 +155,46 @@ def test_explicit_num_perm_is_kept_and_its_expected_recall_reported(tmp_path: Pa
     plan = plan_lsh(0.8, 64)
     assert f"64 permutations ({plan.bands} bands x {plan.rows} rows" in note
     assert f"expected recall {100 * plan.expected_recall:.2f}%" in note and plan.expected_recall < 0.99
+
+
+@pytest.mark.parametrize("copies", [1_001, 3_001])
+def test_a_cluster_of_near_copies_keeps_one_whatever_its_size(copies: int) -> None:
+    """Every near copy of one prompt is dropped, however many there are (an LSH bucket that big is
+    settled against the rows it kept, not a window of the rows before), and the rows around it are
+    kept; a near copy of an existing row is dropped as such whatever the cluster's size."""
+    words = Words()
+    base = words.take(60)
+    extra = words.take(copies)
+    cluster = [" ".join([*base, word]) for word in extra]  # Jaccard >= 0.93 between any two
+    unrelated = [" ".join(words.take(40)) for _ in range(300)]
+    near = NearDeduper(0.8)
+    offered = [*unrelated[:150], *cluster, *unrelated[150:]]
+    for text in offered:
+        near.add(text)
+    verdicts = dict(zip(offered, near.resolve(), strict=True))
+    assert [t for t in cluster if verdicts[t] is None] == [cluster[0]]
+    assert {verdicts[t] for t in cluster[1:]} == {"near"}
+    assert all(verdicts[t] is None for t in unrelated)
+
+    near = NearDeduper(0.8)
+    near.add(" ".join(base), existing=True)
+    for text in offered:
+        near.add(text)
+    verdicts = dict(zip(offered, near.resolve(), strict=True))
+    assert {verdicts[t] for t in cluster} == {"near_existing"}
+    assert all(verdicts[t] is None for t in unrelated)
+
+
+def test_a_cluster_in_the_existing_set_drops_every_candidate_near_it() -> None:
+    """Near copies in the existing set (a big bucket of existing rows) are all kept, and every
+    candidate near them is dropped as near_existing; candidates near nothing are kept."""
+    words = Words()
+    base = words.take(60)
+    near = NearDeduper(0.8)
+    for word in words.take(300):
+        near.add(" ".join([*base, word]), existing=True)
+    candidates = [" ".join([*base, *words.take(2)]) for _ in range(200)]
+    fresh = [" ".join(words.take(50)) for _ in range(50)]
+    for text in candidates + fresh:
+        near.add(text)
+    assert near.resolve() == ["near_existing"] * len(candidates) + [None] * len(fresh)

@@ -128,7 +128,13 @@ def test_idset_membership_and_repeats() -> None:
     assert other.freeze().count_in(ids) == 1
 
 
-def test_resume_reads_ids_and_tokens_of_our_lines_and_of_foreign_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize("short_line", [0, 1 << 20], ids=["long lines: regexes", "short lines: parsed"])
+def test_resume_reads_ids_and_tokens_of_our_lines_and_of_foreign_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_line: int
+) -> None:
+    from sglfleet.gen import _store
+
+    monkeypatch.setattr(_store, "_SHORT_LINE", short_line)
     out = tmp_path / "out.jsonl"
     compact = (
         b'{"choices":[{"message":{"content":"a \\"usage\\": 7"}}],'

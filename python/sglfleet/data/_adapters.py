@@ -76,20 +76,24 @@ def _turns(
     if not isinstance(turns, list):
         raise RowError(f"field {field!r} is a {type(turns).__name__}, expected a list of turns")
     messages: list[Message] = []
-    for i, turn in enumerate(turns):
-        where = f"{field}[{i}]"
-        if not isinstance(turn, Mapping):
-            raise RowError(f"{where} is a {type(turn).__name__}, expected an object")
-        speaker = next((turn[k] for k in role_keys if k in turn), None)
+    role_a, role_b = role_keys
+    text_a, text_b = text_keys
+    for i, turn in enumerate(turns):  # runs over every row of a million-row set: no work but checks
+        if not isinstance(turn, dict) and not isinstance(turn, Mapping):
+            raise RowError(f"{field}[{i}] is a {type(turn).__name__}, expected an object")
+        speaker = turn[role_a] if role_a in turn else turn.get(role_b)
         if not isinstance(speaker, str):
-            raise RowError(f"{where} has no {' or '.join(repr(k) for k in role_keys)}")
-        role = _ROLES.get(speaker.strip().lower())
+            raise RowError(f"{field}[{i}] has no {' or '.join(repr(k) for k in role_keys)}")
+        role = _ROLES.get(speaker) or _ROLES.get(speaker.strip().lower())
         if role is None:
-            raise RowError(f"{where}: unknown speaker {speaker!r}")
-        key = next((k for k in text_keys if k in turn), None)
+            raise RowError(f"{field}[{i}]: unknown speaker {speaker!r}")
+        key = text_a if text_a in turn else text_b if text_b in turn else None
         if key is None:
-            raise RowError(f"{where} has no {' or '.join(repr(k) for k in text_keys)}")
-        messages.append({"role": role, "content": _text(turn[key], where)})
+            raise RowError(f"{field}[{i}] has no {' or '.join(repr(k) for k in text_keys)}")
+        content = turn[key]
+        messages.append(
+            {"role": role, "content": content if type(content) is str else _text(content, f"{field}[{i}]")}
+        )
     return messages
 
 

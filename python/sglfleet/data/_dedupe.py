@@ -49,7 +49,12 @@ class Dup(enum.StrEnum):
 
 def text_hash(text: str) -> int:
     """64-bit hash of the normalised text (what makes two prompts exact duplicates)."""
-    return int.from_bytes(hashlib.blake2b(normalise(text).encode(), digest_size=8).digest(), "big")
+    return normalised_hash(normalise(text))
+
+
+def normalised_hash(normalised: str) -> int:
+    """`text_hash` of a text given already normalised (`normalise(text)`)."""
+    return int.from_bytes(hashlib.blake2b(normalised.encode(), digest_size=8).digest(), "big")
 
 
 def frozen_hashes(hashes: Iterable[int]) -> np.ndarray:
@@ -270,15 +275,16 @@ class Signer:
         self.num_perm = num_perm
         self._words: dict[str, int] = {}
 
-    def shingle_hashes(self, texts: list[str]) -> list[np.ndarray]:
-        """Each text's shingle hashes (uint32; as many as shingles() has, duplicates included)."""
+    def shingle_hashes(self, texts: list[str], normalised: bool = False) -> list[np.ndarray]:
+        """Each text's shingle hashes (uint32; as many as shingles() has, duplicates included);
+        `normalised`: the texts are `normalise`d already."""
         cache = self._words
         if len(cache) > self.WORD_CACHE:
             cache.clear()
         all_words: list[str] = []
         counts: list[int] = []
         for text in texts:
-            words = normalise(text).split()
+            words = (text if normalised else normalise(text)).split()
             counts.append(len(words))
             all_words.extend(words)
         for word in set(all_words).difference(cache):
@@ -323,13 +329,13 @@ class Signer:
         unsorted[order] = result
         return unsorted
 
-    def full(self, texts: list[str]) -> np.ndarray:
+    def full(self, texts: list[str], normalised: bool = False) -> np.ndarray:
         """(len(texts), num_perm) uint32 MinHash values."""
-        return self.from_hashes(self.shingle_hashes(texts))
+        return self.from_hashes(self.shingle_hashes(texts, normalised))
 
-    def bbit(self, texts: list[str]) -> np.ndarray:
+    def bbit(self, texts: list[str], normalised: bool = False) -> np.ndarray:
         """(len(texts), num_perm) uint8: the low 8 bits of each value (what the deduper keeps)."""
-        return (self.full(texts) & np.uint32(0xFF)).astype(np.uint8)
+        return (self.full(texts, normalised) & np.uint32(0xFF)).astype(np.uint8)
 
 
 # ---- the deduper --------------------------------------------------------------------------------
@@ -337,7 +343,9 @@ class Signer:
 _KEEP, _NEAR, _NEAR_EXISTING = 0, 1, 2
 _BATCH_ROWS = 1024  # texts per numpy batch: (batch x num_perm) uint32, 2 MiB at 512
 _BLOCK_ROWS = 1 << 16  # signatures are kept in blocks of this many rows (24 MiB at 384)
-_WINDOW = 256  # in one LSH bucket, a row is compared with at most this many earlier rows
+# An LSH bucket of at most this many rows gives every pair of its rows as a candidate; a bigger one
+# (a cluster of near copies, any size) is settled row by row against the rows it kept so far.
+_SMALL_BUCKET = 64
 
 
 class NearDeduper:
@@ -362,21 +370,22 @@ class NearDeduper:
     def num_perm(self) -> int:
         return self.plan.num_perm
 
-    def add(self, text: str, existing: bool = False) -> None:
+    def add(self, text: str, existing: bool = False, *, normalised: bool = False) -> None:
+        """Offer a text (`normalised`: given as `normalise(text)`, which the mix has at hand)."""
         if existing and self.candidates:
             raise ValueError("offer the existing rows before the candidates")
         if existing:
             self.existing += 1
         else:
             self.candidates += 1
-        self._pending.append(text)
+        self._pending.append(text if normalised else normalise(text))
         if len(self._pending) >= _BATCH_ROWS:
             self._flush()
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        signatures = self._signer.bbit(self._pending)
+        signatures = self._signer.bbit(self._pending, normalised=True)
         self._pending = []
         done = 0
         while done < len(signatures):  # into blocks: no copy of everything as it grows
@@ -423,44 +432,102 @@ class NearDeduper:
             keys[start : start + len(part)] = key
         return keys
 
-    def _candidate_pairs(self, n: int) -> np.ndarray:
-        """(earlier, later) row pairs that share a band, later a candidate; unique, sorted by later."""
+    def _candidate_pairs(self, n: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(earlier, later) row pairs that share a small bucket of a band, later a candidate (unique,
+        sorted by later); and the big buckets (more than _SMALL_BUCKET rows), each its rows in order."""
         found: list[np.ndarray] = []
+        big: list[np.ndarray] = []
         for band in range(self.plan.bands):
             keys = self._band_keys(n, band)
             order = np.argsort(keys, kind="stable")  # stable: within a bucket, rows in offer order
             ranked = keys[order]
-            for gap in range(1, _WINDOW + 1):
-                same = ranked[:-gap] == ranked[gap:]
+            starts = np.flatnonzero(np.concatenate(([True], ranked[1:] != ranked[:-1])))
+            sizes = np.diff(np.append(starts, n))
+            for i in np.flatnonzero(sizes > _SMALL_BUCKET).tolist():
+                start, end = int(starts[i]), int(starts[i] + sizes[i])
+                if order[end - 1] >= self.existing:  # else all existing: an existing row is never dropped
+                    big.append(order[start:end])
+            small = np.repeat(sizes <= _SMALL_BUCKET, sizes)  # per sorted position
+            for gap in range(1, _SMALL_BUCKET):
+                same = (ranked[:-gap] == ranked[gap:]) & small[gap:]
                 if not same.any():
                     break
                 later = order[gap:][same]
                 earlier = order[:-gap][same]
-                useful = later >= self.existing  # an existing row is never dropped
+                useful = later >= self.existing
                 if useful.any():
                     found.append(later[useful].astype(np.uint64) * np.uint64(n) + earlier[useful])
             if len(found) > 64:
                 found = [np.unique(np.concatenate(found))]
         if not found:
-            return np.zeros((0, 2), dtype=np.int64)
+            return np.zeros((0, 2), dtype=np.int64), big
         codes = np.unique(np.concatenate(found))  # sorted by later, then earlier
-        return np.stack(
+        pairs = np.stack(
             [(codes % np.uint64(n)).astype(np.int64), (codes // np.uint64(n)).astype(np.int64)], 1
         )
+        return pairs, big
 
     def resolve(self) -> list[Dup | None]:
         """The verdict for every candidate, in the order they were offered."""
         self._flush()
         n = self.existing + self.candidates
-        pairs = self._candidate_pairs(n)
+        pairs, big = self._candidate_pairs(n)
         confirmed: list[np.ndarray] = []
         for start in range(0, len(pairs), 65536):
             chunk = pairs[start : start + 65536]
             matches = (self._rows(chunk[:, 0]) == self._rows(chunk[:, 1])).sum(axis=1)
             confirmed.append(chunk[matches >= self.plan.min_matches])
+        found = np.concatenate(confirmed) if confirmed else pairs
         verdict = np.zeros(n, dtype=np.int8)
-        for earlier, later in (np.concatenate(confirmed) if confirmed else pairs).tolist():
-            if verdict[later] == _KEEP and verdict[earlier] == _KEEP:
-                verdict[later] = _NEAR_EXISTING if earlier < self.existing else _NEAR
+        if big:
+            self._settle(found, big, verdict)
+        else:
+            for earlier, later in found.tolist():
+                if verdict[later] == _KEEP and verdict[earlier] == _KEEP:
+                    verdict[later] = _NEAR_EXISTING if earlier < self.existing else _NEAR
         names = {_KEEP: None, _NEAR: Dup.NEAR, _NEAR_EXISTING: Dup.NEAR_EXISTING}
         return [names[v] for v in verdict[self.existing :].tolist()]
+
+    def _settle(self, found: np.ndarray, big: list[np.ndarray], verdict: np.ndarray) -> None:
+        """Rows in offer order: a candidate is dropped when a confirmed pair names an earlier kept row,
+        or when a big bucket it is in holds an earlier kept row that confirms. Each big bucket keeps
+        the signatures of its kept rows only (a cluster of near copies: one), so any cluster size
+        costs a comparison or two per row and band."""
+        member: dict[int, list[int]] = {}
+        for b, rows in enumerate(big):
+            for row in rows.tolist():
+                member.setdefault(row, []).append(b)
+        kept: list[np.ndarray] = [np.empty((4, self.num_perm), dtype=np.uint8) for _ in big]
+        kept_rows: list[list[int]] = [[] for _ in big]  # kept[b][: len(kept_rows[b])] are theirs
+        by_later: dict[int, list[int]] = {}
+        for earlier, later in found.tolist():
+            by_later.setdefault(later, []).append(earlier)
+        need = self.plan.min_matches
+        for row in sorted(member.keys() | by_later.keys()):
+            drop = -1
+            if row >= self.existing:
+                for earlier in by_later.get(row, ()):
+                    if verdict[earlier] == _KEEP:
+                        drop = earlier
+                        break
+            buckets = member.get(row, ())
+            signature = self._rows(np.asarray([row]))[0] if buckets else None
+            if drop < 0 and row >= self.existing:
+                for b in buckets:
+                    if kept_rows[b]:
+                        sigs = kept[b][: len(kept_rows[b])]
+                        hits = np.flatnonzero((sigs == signature).sum(axis=1) >= need)
+                        if len(hits):
+                            drop = kept_rows[b][int(hits[0])]
+                            break
+            if drop >= 0:
+                verdict[row] = _NEAR_EXISTING if drop < self.existing else _NEAR
+                continue
+            for b in buckets:
+                count = len(kept_rows[b])
+                if row < self.existing and count and (kept[b][:count] == signature).all(axis=1).any():
+                    continue  # the same signature is kept already: it would confirm the same rows
+                if count == len(kept[b]):
+                    kept[b] = np.concatenate((kept[b], np.empty_like(kept[b])))
+                kept[b][count] = signature
+                kept_rows[b].append(row)

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from sglfleet.data._adapters import Message, RowError, fields_read, to_messages, user_text
+from sglfleet.data._adapters import Message, RowError, fields_read, normalise, to_messages, user_text
 from sglfleet.data._categories import classify
-from sglfleet.data._dedupe import ExactDeduper, NearDeduper, frozen_hashes, text_hash
+from sglfleet.data._dedupe import ExactDeduper, NearDeduper, frozen_hashes, normalised_hash
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category, file_digest
 from sglfleet.data._mixconfig import AUTO, ExistingConfig, MixConfig, Shortfall, SourceConfig
@@ -122,10 +122,12 @@ def scan_existing(
                 text = user_text(to_messages(row, existing.format, existing.field))
         except RowError as exc:
             raise DataError(f"existing set: {where(existing.path, existing.kind, index)}: {exc}") from None
-        if want_hashes:
-            hashes.append(text_hash(text))
-        if near is not None:
-            near.add(text, existing=True)
+        if want_hashes or near is not None:
+            norm = normalise(text)  # once for both dedupes
+            if want_hashes:
+                hashes.append(normalised_hash(norm))
+            if near is not None:
+                near.add(norm, existing=True, normalised=True)
     if cached is not None and cached[0] == rows:
         counts = cached[1]
     elif cached is not None:  # the file changed while it was read: classify it for real
@@ -346,14 +348,15 @@ def build_mix(
                 rep.total.filtered[reason] += 1
                 tally.filtered[reason] += 1
                 continue
-            digest = text_hash(item.text)
+            norm = normalise(item.text)  # once for both dedupes
+            digest = normalised_hash(norm)
             dup = exact.check(digest)
             if dup is not None:
                 rep.total.duplicates[dup.value] += 1
                 tally.duplicates[dup.value] += 1
                 continue
             if near is not None:
-                near.add(item.text)
+                near.add(norm, normalised=True)
                 categories.append(item.category)
             rep.total.available += 1
             tally.available += 1

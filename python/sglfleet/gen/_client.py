@@ -60,9 +60,8 @@ def make_session(total_connections: int, api_key: str | None = None) -> aiohttp.
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     connector = aiohttp.TCPConnector(limit=total_connections, limit_per_host=0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector, headers=headers, skip_auto_headers=("User-Agent",), auto_decompress=True
-    )
+    # no skip_auto_headers: skipping one makes aiohttp build a header multidict per request
+    return aiohttp.ClientSession(connector=connector, headers=headers, auto_decompress=True)
 
 
 def _server_message(status: int, raw: bytes, body: Any) -> str:
@@ -131,8 +130,7 @@ async def post(
         async with session.post(url, data=body, timeout=limit) as resp:
             raw = await resp.read()
             status = resp.status
-            request_id = resp.headers.get("x-request-id", "")
-            wait = retry_after(resp.headers.get("Retry-After"))
+            headers = resp.headers
     except TimeoutError:
         return Attempt(Kind.RETRY, message=f"timed out after {limit.total} s", endpoint_down=True)
     except aiohttp.ClientError as exc:
@@ -155,7 +153,8 @@ async def post(
             )
         problem = completion_problem(parsed)
         if problem is None:
-            return Attempt(Kind.OK, status, parsed, raw, request_id or str(parsed.get("id", "")))
+            request_id = headers.get("x-request-id") or str(parsed.get("id", ""))
+            return Attempt(Kind.OK, status, parsed, raw, request_id)
         return Attempt(
             Kind.RETRY,
             status,
@@ -175,7 +174,7 @@ async def post(
             raw,
             message=message,
             endpoint_down=status in DOWN_STATUSES,
-            retry_after=wait,
+            retry_after=retry_after(headers.get("Retry-After")),
         )
     return Attempt(Kind.PERMANENT, status, parsed, raw, message=message)
 

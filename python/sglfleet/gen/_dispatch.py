@@ -104,6 +104,7 @@ class EndpointPool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
         self._closed = False
+        self._watching = False  # the watchers are started (by the first acquire)
 
     @property
     def capacity(self) -> int:
@@ -129,7 +130,8 @@ class EndpointPool:
     async def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
         """Wait for a free slot on a healthy endpoint and take it."""
         loop = asyncio.get_running_loop()
-        self._start_watchers()
+        if not self._watching:
+            self._start_watchers()
         all_down_since: float | None = None
         while True:
             ep = self._pick(avoid)
@@ -156,14 +158,17 @@ class EndpointPool:
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append(fut)
             try:
-                await asyncio.wait_for(fut, timeout)
+                if timeout is None:
+                    await fut  # the common wait: no timer
+                else:
+                    await asyncio.wait_for(fut, timeout)
             except TimeoutError:
                 continue
             finally:
-                if not fut.done():
+                if not fut.done() or fut.cancelled():  # still queued (a woken one was taken off)
                     fut.cancel()
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(fut)
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(fut)
 
     def _wake(self, n: int = 1) -> None:
         while n and self._waiters:
@@ -269,6 +274,7 @@ class EndpointPool:
     def _start_watchers(self) -> None:
         if self.watch_interval is None or self._closed:
             return
+        self._watching = True
         for ep in self.endpoints:
             if ep._watcher is None:
                 ep._watcher = asyncio.get_running_loop().create_task(self._watch(ep))

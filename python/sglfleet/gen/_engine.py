@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import errno
+import itertools
 import math
 import os
 import random
@@ -244,7 +245,7 @@ class _Job:
 
     # -- one request --------------------------------------------------------------------------
 
-    async def handle(self, req: Request, slot: asyncio.Semaphore) -> None:
+    async def handle(self, req: Request) -> None:
         try:
             answer = await (self._all_turns(req) if req.all_turns else self._one_turn(req))
             if answer is not None:
@@ -255,8 +256,6 @@ class _Job:
             self.halt(str(exc), ExitCode.AUTH if "API key" in str(exc) else ExitCode.NO_ENDPOINT)
         except OSError as exc:
             self.halt_on_write_error(f"the output {self.store.output}", exc)
-        finally:
-            slot.release()
 
     async def _one_turn(self, req: Request) -> _Answer | None:
         a = await self._complete(req, req.url, req.body)
@@ -472,20 +471,29 @@ class _Job:
     # -- the whole run ------------------------------------------------------------------------
 
     async def feed(self, batches: Iterator[list[Request]]) -> None:
-        slot = asyncio.Semaphore(2 * self.pool.capacity)  # bounds requests in flight + waiting to retry
-        while True:
-            # read the next batch off the event loop: a million-line input never blocks sending
-            batch = await asyncio.to_thread(next, batches, None)
-            if batch is None:
-                return
-            for req in batch:
-                await slot.acquire()
-                if self.stop.is_set():
-                    slot.release()
+        """Start the workers, one per request slot of the pool, each taking the next request and
+        seeing it through (its retries included: a request waiting to retry holds its worker, so
+        requests in flight + waiting to retry stay within the capacity). Not a task per request,
+        nor more workers than slots (they would queue for a slot on every release): both cost
+        throughput. The input is read on the loop, a batch at a time as the workers need it (a
+        thread reading it would compete with the loop for the interpreter)."""
+        requests = itertools.chain.from_iterable(batches)
+        for _ in range(self.pool.capacity):
+            task = asyncio.create_task(self._work(requests))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _work(self, requests: Iterator[Request]) -> None:
+        try:
+            while not self.stop.is_set():
+                req = next(requests, None)  # one iterator shared by every worker, read in turn
+                if req is None:
                     return
-                task = asyncio.create_task(self.handle(req, slot))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+                await self.handle(req)
+        except InputChanged as exc:
+            self.halt(str(exc), ExitCode.INPUT_CHANGED)
+        except OSError as exc:  # reading the input (handle catches its own write errors)
+            self.halt(f"cannot read the input {self.config.input}: {exc}")
 
     async def drain(self, seconds: float | None) -> None:
         if self.tasks:
@@ -791,7 +799,9 @@ async def _execute(
     stats.prompt_tokens, stats.completion_tokens = resumed.prompt_tokens, resumed.completion_tokens
     writer = _ManifestWriter(config, scan, prepared.previous)
     reporter = reporter or LogReporter(sys.stdout)
-    session = client.make_session(config.concurrency * len(config.endpoints), config.api_key)
+    # a connection per request slot, and one each for an endpoint's health watcher and prober: a
+    # request never waits for a connection (aiohttp's queue of waiters costs CPU per release)
+    session = client.make_session((config.concurrency + 2) * len(config.endpoints), config.api_key)
 
     async def probe(ep: Endpoint) -> bool:
         return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))

@@ -413,6 +413,9 @@ def make_request(
     return Request(cid, CHAT_URL, orjson.dumps(body), line, tuple(prompt))
 
 
+SPAN_BYTES = 4 << 20  # a batch whose lines lie within this many bytes is read with one pread
+
+
 def read_requests(
     path: Path, scan: ScanResult, indexes: list[int], params: GenParams, batch: int = 256
 ) -> Iterator[list[Request]]:
@@ -421,12 +424,22 @@ def read_requests(
     assert scan.format is not None
     defaults = params.as_dict()
     lines = scan.lines
+    offsets, lengths = lines.offsets, lines.lengths
     fd = os.open(path, os.O_RDONLY)
     try:
         for start in range(0, len(indexes), batch):
             out = []
-            for i in indexes[start : start + batch]:
-                raw = os.pread(fd, lines.lengths[i], lines.offsets[i])
+            chunk = indexes[start : start + batch]
+            first, last = offsets[chunk[0]], offsets[chunk[-1]] + lengths[chunk[-1]]
+            span = b""
+            if 0 <= last - first <= SPAN_BYTES:  # the lines close together (a fresh run: all): one read
+                span = os.pread(fd, last - first, first)
+            for i in chunk:
+                at = offsets[i] - first
+                if len(span) >= at + lengths[i] > at >= 0:
+                    raw = span[at : at + lengths[i]]
+                else:
+                    raw = os.pread(fd, lengths[i], offsets[i])
                 if line_digest(raw) != lines.digests[i]:
                     raise InputChanged(
                         f"{path} line {lines.numbers[i]} changed during the run (it differs from what "
