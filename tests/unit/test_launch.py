@@ -244,15 +244,9 @@ def test_a_hung_server_kills_itself_after_the_watchdog_timeout_and_the_launcher_
             httpx.post(f"{url}/generate", json=body, timeout=1)
         # HTTP still accepts, but the 1-token check never comes back: 503, as SGLang's health_generate.
         assert httpx.get(f"{url}/health_generate", timeout=5).status_code == 503
-        hung = subprocess.Popen(  # a request in flight keeps the scheduler busy (cur_batch is not None)
-            [sys.executable, "-c", f"import httpx; httpx.post('{url}/generate', json={body!r}, timeout=60)"],
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            assert process.wait(timeout=20) == 128 + signal.SIGKILL
-        finally:
-            hung.kill()
-            hung.wait()
+        # The request that hung has hung up, but its batch stays stuck in the forward loop (the scheduler
+        # would handle the abort only after that forward): the watchdog still sees a busy scheduler.
+        assert process.wait(timeout=20) == 128 + signal.SIGKILL
         # the timeout (1 s) at a look every 0.5 s, then 5 s for the parent to print, then SIGQUIT
         assert 6 <= time.monotonic() - started < 15
         text = log.read_text()

@@ -133,7 +133,8 @@ def test_status_table_for_humans(fleet: int, ledger_file: Path) -> None:
     cells = [c.strip() for c in lines[0].strip("│ ").split("│")]
     assert cells == ["2", str(fleet + 2), "200 healthy", SERVED, "0", "0", "0.0", "0.0 / 97.9 GB"]
     gpu = [c.strip() for c in lines[1].strip("│ ").split("│")]
-    assert gpu == ["2", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "0.0 / 97.9 GB", "0", str(fleet + 2)]
+    name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    assert gpu == ["2", name, "0.0 / 97.9 GB", "0", str(fleet + 2)]
     assert "GPUs (8 answer nvidia-smi)" in out
     assert out.rstrip().endswith("1/11 phases done, failed: training_stop; all 3 instances healthy")
 
@@ -280,7 +281,8 @@ LOST_GPU_SMI = """#!/bin/sh
 # nvidia-smi with GPU 3 fallen off the bus: the whole query prints only the error and exits 15
 # (NVIDIA/open-gpu-kernel-modules#387); `-i N` still answers for the GPUs that work
 # (NVIDIA/nvidia-docker#1553).
-row() { echo "$1, GPU-0000000$1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 84700, 97887, 12.0, 580.95.05"; }
+name="NVIDIA RTX PRO 6000 Blackwell Server Edition"
+row() { echo "$1, GPU-0000000$1, $name, 84700, 97887, 12.0, 580.95.05"; }
 case "$*" in
   "-i 3 --query-gpu="*|"--query-gpu="*)
     echo "Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error"; exit 15 ;;

@@ -70,6 +70,7 @@ class Engine:
         self.forward_ct = 0
         self.hang_after = config.hang_after
         self._hung: asyncio.Future[None] | None = None
+        self._stuck = False
         self._tps = config.decode_tokens_per_second
         self._prefix_cache: set[int] = set()
 
@@ -108,12 +109,15 @@ class Engine:
 
     @property
     def busy(self) -> bool:
-        """A batch is current (SGLang: `cur_batch is not None`): requests hold slots."""
-        return self.scheduler.running > 0
+        """A batch is current (SGLang: `cur_batch is not None`): requests hold slots, or a batch is stuck
+        in the stopped forward loop: that one never ends, even when its clients hang up (the scheduler
+        would only handle their aborts after the forward that never returns)."""
+        return self.scheduler.running > 0 or self._stuck
 
     async def _forward(self) -> None:
         """One forward batch: counted, unless the forward loop has stopped (then it never returns)."""
         if self._hung is not None:
+            self._stuck = True
             await asyncio.shield(self._hung)
         self.forward_ct += 1
         if self.hang_after is not None and self.forward_ct >= self.hang_after and self._hung is None:
