@@ -14,6 +14,7 @@ description:
   - Without units, renders I(command) (C({dataset}) and C({checkpoint}) filled in, shell-quoted) into a
     C(systemd-run) command line that runs it as the transient unit I(transient_unit) with
     C(KillSignal=SIGTERM), so that phase training_stop can stop it gracefully next time.
+  - With neither units nor I(command), there is nothing to start (C(mode=none)).
   - With I(state=look), looks at the job instead of planning - whether its units run, their main
     processes, the GPU memory their processes hold (nvidia-smi), and the row count the journal of the
     units' current run gives through I(pattern).
@@ -86,7 +87,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 mode:
-  description: C(unit) or C(command).
+  description: "C(unit), C(command), or C(none) - no unit and no command, nothing to start."
   returned: always
   type: str
 units:

@@ -312,7 +312,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class LaunchPlan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    mode: Literal["unit", "command"]
+    mode: Literal["unit", "command", "none"]
     units: tuple[str, ...] = ()
     dropin_name: str = ""
     dropin_content: str = ""
@@ -325,6 +325,8 @@ class LaunchPlan(BaseModel):
 
     @property
     def to_start(self) -> list[str]:
+        if self.mode == "none":
+            return []
         names = self.units if self.mode == "unit" else (self.transient_unit,)
         return [u for u in names if u not in self.units_running]
 
@@ -343,7 +345,8 @@ def launch_plan(
     dropin_name: str = "50-sglfleet-training-resume.conf",
     systemctl: Callable[[Sequence[str]], str] = training_mod._run,
 ) -> LaunchPlan:
-    """Units (with a drop-in Environment=) when there are any; else the command as a transient unit."""
+    """Units (with a drop-in Environment=) when there are any; else the command as a transient unit;
+    neither (phase training_stop stopped no job, and no command is given): nothing to start."""
     values = {"dataset": dataset, "checkpoint": checkpoint}
     env = {}
     for name, template in environment.items():
@@ -373,11 +376,7 @@ def launch_plan(
             units_loaded=tuple(u.Id for u in found),
         )
     if not command.strip():
-        raise ResumeError(
-            "no training unit to start (phase training_stop recorded none and training_resume_units is "
-            "empty) and training_resume_command is empty: give the command that resumes the training, "
-            "with {dataset} and {checkpoint}"
-        )
+        return LaunchPlan(mode="none", environment=env)
     rendered = render(command, {k: shlex.quote(v) for k, v in values.items()}, "training_resume_command")
     try:
         words = shlex.split(rendered)
