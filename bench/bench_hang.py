@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"serves again before the job ends: {bool(back) and back[0] < ended}")
     print(f"every prompt exactly once: {manifest['counts']['done']} done of {n}")
-    served = manifest["endpoint_stats"].get(victim.url, {}).get("ok", 0)
+    served = int(manifest["endpoint_stats"].get(victim.url, {}).get("ok", 0))
     before = hang_after // 2  # two forward batches per request: the requests it answered before the hang
     print(f"instance 0 answered {served} requests, {served - before} of them after it came back")
     print(f"ratio hang / none: {hung / plain:.3f}  (target <= 1.3)")
