@@ -32,7 +32,8 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge]
+    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge,
+              training_resume]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
@@ -157,6 +158,7 @@ PHASES = (
         "prompts",
         "generate",
         "merge",
+        "training_resume",
     ]
 )
 STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]

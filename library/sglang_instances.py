@@ -91,6 +91,11 @@ options:
   max_running_requests:
     description: C(--max-running-requests); null leaves it out.
     type: int
+  watchdog_timeout:
+    description:
+      - C(--watchdog-timeout) in seconds; null leaves it out (SGLang's 300 s). SGLang kills its own server
+        when a forward batch stalls this long, and the unit's C(Restart=on-failure) brings it back.
+    type: float
   enable_metrics:
     description: C(--enable-metrics).
     type: bool
@@ -281,6 +286,7 @@ def _spec(module, params):
             mem_fraction_static=params["mem_fraction_static"],
             context_length=params["context_length"],
             max_running_requests=params["max_running_requests"],
+            watchdog_timeout=params["watchdog_timeout"],
             enable_metrics=params["enable_metrics"],
             api_key=params["api_key"] or "",
             api_key_variable=params["api_key_variable"],
@@ -315,6 +321,7 @@ def main():
             "mem_fraction_static": {"type": "float"},
             "context_length": {"type": "int"},
             "max_running_requests": {"type": "int"},
+            "watchdog_timeout": {"type": "float"},
             "enable_metrics": {"type": "bool", "default": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "api_key_variable": {"type": "str", "default": "", "no_log": False},

@@ -27,7 +27,9 @@ EnvironmentFile; it is never a word of any command line:
   as a small supervisor: it forwards SIGTERM/SIGINT/SIGHUP to the server and exits 0 when the server
   died by SIGKILL *after* a forwarded SIGTERM (the drain completed), but 137 when the server killed
   itself without being asked (SGLang does that too when a child dies: ``tokenizer_manager.py:2808-2816``
-  ``running_phase_sigquit_handler``), so that ``Restart=on-failure`` still restarts a crashed instance.
+  ``running_phase_sigquit_handler``; and when a forward batch stalls longer than ``--watchdog-timeout``,
+  whose scheduler watchdog SIGQUITs the main process, ``srt/utils/watchdog.py:149-163``), so that
+  ``Restart=on-failure`` still restarts a crashed or hung instance.
 """
 
 from __future__ import annotations

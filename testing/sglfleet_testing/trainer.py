@@ -5,6 +5,11 @@ signal given with ``--checkpoint-signal``) it writes a checkpoint file (atomical
 then a rename) and exits 0. With ``--ignore-sigterm`` it logs the signal and keeps going, so the
 only way to stop it is SIGKILL (and then no checkpoint is written).
 
+It resumes as a real trainer does after phase training_resume: ``--resume-from`` (or the environment
+variable ``SGLFLEET_TRAIN_RESUME_FROM``, which the role's drop-in sets) names the checkpoint it continues
+from (its step), and ``--dataset`` (or ``SGLFLEET_TRAIN_DATASET``) the training set, whose rows it counts
+and logs: ``loaded 1234 rows from /path (sha256 ...)``, the line the role's verify step looks for.
+
 The module uses the standard library only, so it runs with any ``python3`` on a target without
 the package installed: copy the file and run ``python3 trainer.py --checkpoint /path``.
 ``render_unit`` gives a systemd unit that runs it, for tests that stop a job by unit name.
@@ -15,6 +20,7 @@ the package installed: copy the file and run ``python3 trainer.py --checkpoint /
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -44,6 +50,23 @@ class Trainer:
             return
         log(f"received {name} at step {self.step}: writing checkpoint")
         self.stop_signal = signum
+
+    def resume(self, checkpoint: Path | None, dataset: Path | None) -> None:
+        """Continue from `checkpoint`'s step and load `dataset` (count its rows), logging both."""
+        if checkpoint is not None:
+            try:
+                self.step = int(json.loads(checkpoint.read_text())["step"])
+                log(f"resumed from checkpoint {checkpoint} at step {self.step}")
+            except FileNotFoundError:
+                log(f"no checkpoint at {checkpoint}: starting at step 0")
+        if dataset is not None:
+            sha = hashlib.sha256()
+            rows = 0
+            with dataset.open("rb") as handle:
+                for line in handle:
+                    sha.update(line)
+                    rows += bool(line.strip())
+            log(f"loaded {rows} rows from {dataset} (sha256 {sha.hexdigest()})")
 
     def run(self) -> int:
         while self.stop_signal is None:
@@ -118,6 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="signal that makes it checkpoint and exit (default SIGTERM; SIGINT is always one too)",
     )
     parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=os.environ.get("SGLFLEET_TRAIN_DATASET") or None,
+        help="training set to load (default $SGLFLEET_TRAIN_DATASET): its rows are counted and logged",
+    )
+    parser.add_argument(
+        "--resume-from",
+        type=Path,
+        default=os.environ.get("SGLFLEET_TRAIN_RESUME_FROM") or None,
+        help="checkpoint to continue from (default $SGLFLEET_TRAIN_RESUME_FROM)",
+    )
+    parser.add_argument(
         "--ignore-sigterm",
         action="store_true",
         help="log the stop signal and keep training: only SIGKILL stops it, and no checkpoint is written",
@@ -140,6 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for signum in {stop, signal.SIGINT}:
         signal.signal(signum, trainer.on_signal)
+    try:
+        trainer.resume(args.resume_from, args.dataset)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot resume: {exc}", file=sys.stderr)
+        return 1
     log(f"training (checkpoint {args.checkpoint}, stops on {stop.name})")
     return trainer.run()
 

@@ -1,22 +1,26 @@
 """playbooks/site.yml on the lab, as `make demo` runs it: every phase in order converges CT 200 to a fleet
 of 8 healthy stand-in instances, builds the prompt mix on the controller, runs the generation job across
-all 8 instances, merges the answers into the sample training set, and prints the checklist with every
-phase done; a second run changes nothing (the finished job is not run again), and `--check --diff` on
-the converged lab reports nothing to change."""
+all 8 instances, merges the answers into the sample training set, gives the GPUs back to the lab's
+stand-in trainer (the fleet drained and stopped, the trainer resumed on the merged set), and prints the
+checklist with every phase done; a second run changes nothing (the finished job is not run again, the
+resumed training and the stopped fleet are left alone), and `--check --diff` on the converged lab reports
+nothing to change."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
-import httpx
 import pytest
-from ansible_lab import REPO, Ansible, Container, OwnCt, PlaybookRun
+from ansible_lab import REPO, Ansible, Container, PlaybookRun
 from sglfleet_testing.lab.driver import module_steady
 
 pytestmark = pytest.mark.timeout(1500)
 
-PHASES = ("provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge")
+PHASES = (
+    "provision", "training_stop", "toolchain", "sglang", "fleet", "prompts", "generate", "merge",
+    "training_resume",
+)  # fmt: skip
 OUT = REPO / "out/lab"
 EXISTING = REPO / "examples/mix/existing-train.jsonl"
 # inventory/lab/group_vars/fleet/data.yml
@@ -39,23 +43,31 @@ def converged(session_ct: Container, session_ansible: Ansible) -> PlaybookRun:
     # The data phases start from nothing: no controller work dir, no prompts or results in the CT.
     shutil.rmtree(OUT, ignore_errors=True)
     session_ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
+    # As `make demo`: the lab's stand-in training job runs first, so that training_stop stops it and
+    # training_resume starts it again.
+    trainer = session_ansible.playbook("playbooks/lab_trainer.yml")
+    assert trainer.rc == 0, trainer.explain()
     run = site(session_ansible)
     assert run.rc == 0, run.explain()
     print(f"site.yml converged in {run.seconds:.1f} s")
     return run
 
 
-def test_site_brings_every_phase_up_to_a_healthy_fleet(
-    converged: PlaybookRun, session_ct: Container, own_ct: OwnCt
-) -> None:
+def test_site_brings_every_phase_up_to_a_healthy_fleet(converged: PlaybookRun, session_ct: Container) -> None:
     for phase in PHASES:
-        assert f"│ {phase:<13} │ done" in converged.output, phase
-    assert "Instances (8/8 healthy)" in converged.output
-    assert "all 8 instances healthy" in converged.output
+        assert f"│ {phase:<15} │ done" in converged.output, phase
+    # The fleet phase's gate saw 8 healthy instances; training_resume then drained and stopped them all.
+    fleet = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]["evidence"]
+    assert fleet["healthy"] == fleet["instances"] == 8
+    assert "Instances (0/8 healthy)" in converged.output
+    states = session_ct.out("systemctl is-active " + " ".join(f"sglang@{i}" for i in range(8)) + " || true")
+    assert states.split() == ["inactive"] * 8
     # Phase sglang decided SM120's backend (the lab's GPUs are RTX PRO 6000s) and every instance runs it.
     assert "SGLANG_ATTENTION_BACKEND=flashinfer" in session_ct.out("cat /etc/sglang/common.env")
-    for port in range(own_ct.port_base, own_ct.port_base + 8):
-        assert httpx.get(f"http://127.0.0.1:{port}/server_info").json()["attention_backend"] == "flashinfer"
+    for i in range(8):
+        assert "--attention-backend flashinfer" in session_ct.out(
+            f"grep SGLANG_ARGS /etc/sglang/instance-{i}.env"
+        )
 
 
 def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, session_ct: Container) -> None:
@@ -85,6 +97,21 @@ def test_the_merged_set_is_the_existing_set_plus_the_kept_answers(
     assert merged[:existing] == EXISTING.read_text().splitlines()
     ledger = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["merge"]["evidence"]
     assert (ledger["rows_before"], ledger["rows_after"]) == (existing, existing + kept)
+
+
+def test_the_trainer_runs_again_on_the_merged_set(converged: PlaybookRun, session_ct: Container) -> None:
+    report = json.loads((OUT / "merge-report.json").read_text())
+    unit = "sglfleet-trainer.service"
+    assert session_ct.out(f"systemctl is-active {unit}") == "active"
+    pid = session_ct.unit_props(unit, ["MainPID"])["MainPID"]
+    log = session_ct.out(f"journalctl --unit={unit} _PID={pid} --output=cat")
+    assert f"loaded {report['rows']['total']} rows from /var/lib/sglfleet-lab/trainer/train.jsonl" in log, log
+    assert "resumed from checkpoint /var/lib/sglfleet-lab/trainer/checkpoint.json at step " in log, log
+    evidence = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["training_resume"]
+    assert evidence["evidence"]["loaded_rows"] == report["rows"]["total"]
+    assert evidence["evidence"]["units"] == [unit] and evidence["evidence"]["instances_stopped"] == list(
+        range(8)
+    )
 
 
 def test_second_run_changes_nothing(converged: PlaybookRun, session_ansible: Ansible) -> None:

@@ -223,3 +223,36 @@ def test_spawned_children_log_redacted_too(tmp_path):
     assert f"[child] Global server args updated! ServerArgs(api_key='{REDACTED}')" in output
     assert "child env has key: False" in output
     assert KEY not in output
+
+
+def test_a_hung_server_kills_itself_after_the_watchdog_timeout_and_the_launcher_reports_a_crash(tmp_path):
+    """SGLang 0.5.12's scheduler watchdog (sglang/srt/utils/watchdog.py:133-163): a forward batch stalled
+    longer than --watchdog-timeout → error line, 5 s, SIGQUIT to the main process, which SIGKILLs itself
+    (tokenizer_manager.py:2808-2817). Under the launcher that is exit 137: Restart=on-failure restarts it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "server.log"
+    args = [*_standin_args(port), "--watchdog-timeout", "1", "--standin-hang-after", "2"]
+    process = _launch(*args, env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"}, log=log)
+    try:
+        _wait_healthy(url, process)
+        body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
+        # The first request's prefill and its decode are the two forward batches; then the loop stops.
+        assert httpx.post(f"{url}/generate", json=body, timeout=5).status_code == 200
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/generate", json=body, timeout=1)
+        # HTTP still accepts, but the 1-token check never comes back: 503, as SGLang's health_generate.
+        assert httpx.get(f"{url}/health_generate", timeout=5).status_code == 503
+        # The request that hung has hung up, but its batch stays stuck in the forward loop (the scheduler
+        # would handle the abort only after that forward): the watchdog still sees a busy scheduler.
+        assert process.wait(timeout=20) == 128 + signal.SIGKILL
+        # the timeout (1 s) at a look every 0.5 s, then 5 s for the parent to print, then SIGQUIT
+        assert 6 <= time.monotonic() - started < 15
+        text = log.read_text()
+        assert "Scheduler watchdog timeout (self.watchdog_timeout=1.0, self.soft=False)" in text
+        assert "SIGQUIT received. signum=3, frame=None. It usually means one child failed." in text
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -26,7 +26,7 @@ def test_missing_file_reads_as_every_phase_pending(tmp_path: Path) -> None:
     rows = ledger.checklist()
     assert [r.phase for r in rows] == [
         "host", "provision", "training_stop", "toolchain", "sglang", "model", "fleet",
-        "prompts", "generate", "merge",
+        "prompts", "generate", "merge", "training_resume",
     ]  # fmt: skip
     assert {r.status for r in rows} == {"pending"}
     assert not any(r.recorded for r in rows)
@@ -234,7 +234,7 @@ def test_module_read_and_absent(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     empty = run_module("fleet_ledger", {"path": str(path), "state": "read"}, tmp_path)
     assert empty["changed"] is False and empty["exists"] is False
-    assert [r["status"] for r in empty["checklist"]] == ["pending"] * 10
+    assert [r["status"] for r in empty["checklist"]] == ["pending"] * len(lg.PHASES)
     run_module("fleet_ledger", {"path": str(path), "phase": "provision", "evidence": {"vmid": 200}}, tmp_path)
     read = run_module("fleet_ledger", {"path": str(path), "state": "read"}, tmp_path)
     assert read["checklist"][1] == {

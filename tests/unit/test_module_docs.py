@@ -33,6 +33,9 @@ VALID_ARGS = {
     "sglang_health": {"count": 1},
     "sglang_instances": {"instances": 1, "check_gpus": False},
     "training_jobs": {},
+    "fleet_drain": {},
+    "training_dataset": {"path": "/nonexistent/train.jsonl", "sha256": "0" * 64},
+    "training_launch": {"dataset": "/nonexistent/train.jsonl", "command": "true"},
 }
 
 

@@ -115,7 +115,7 @@ def test_status_json_has_checklist_and_rows_with_gpu_memory(fleet: int, ledger_f
     assert rows[3]["health"]["reason"] == "refused"
     assert rows[1]["health"]["model"] == SERVED and rows[1]["health"]["gpu"] == 1
     assert (rows[1]["gpu_memory_used_mib"], rows[1]["gpu_memory_total_mib"]) == (91532, 97887)
-    assert data["summary"] == "1/10 phases done, failed: training_stop; 3/4 instances healthy"
+    assert data["summary"] == "1/11 phases done, failed: training_stop; 3/4 instances healthy"
     assert data["gpu_count"] == 8
 
 
@@ -129,10 +129,14 @@ def test_status_table_for_humans(fleet: int, ledger_file: Path) -> None:
     assert "Instances (3/3 healthy)" in out
     assert "node=kpro6, vmid=200" in out and "2026-12-02 18:00 UTC" in out
     lines = [line for line in out.splitlines() if f"{fleet + 2}" in line]
-    assert len(lines) == 1
+    assert len(lines) == 2  # its row in the instance table, its GPU's row in the GPU table
     cells = [c.strip() for c in lines[0].strip("│ ").split("│")]
-    assert cells == ["2", str(fleet + 2), "200 healthy", SERVED, "0", "0", "0.0", "2 / 97887 MiB"]
-    assert out.rstrip().endswith("1/10 phases done, failed: training_stop; all 3 instances healthy")
+    assert cells == ["2", str(fleet + 2), "200 healthy", SERVED, "0", "0", "0.0", "0.0 / 97.9 GB"]
+    gpu = [c.strip() for c in lines[1].strip("│ ").split("│")]
+    name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    assert gpu == ["2", name, "0.0 / 97.9 GB", "0", str(fleet + 2)]
+    assert "GPUs (8 answer nvidia-smi)" in out
+    assert out.rstrip().endswith("1/11 phases done, failed: training_stop; all 3 instances healthy")
 
 
 def write_env_files(env_dir: Path, base: int, count: int, gpus: list[int], api_key: str = "") -> None:
@@ -230,7 +234,7 @@ def test_render_prints_what_status_json_gathered(fleet: int, ledger_file: Path) 
     ]
     proc = sglfleet("status", "--render", "-", "--width", "160", stdin=gathered.stdout)
     assert proc.returncode == 0, proc.stderr
-    assert "Instances (3/3 healthy)" in proc.stdout and "91532 / 97887 MiB" in proc.stdout
+    assert "Instances (3/3 healthy)" in proc.stdout and "91.5 / 97.9 GB" in proc.stdout
 
 
 def test_render_rejects_bad_json() -> None:
@@ -299,3 +303,57 @@ def test_piped_output_cuts_no_column(fleet: int, ledger_file: Path) -> None:
         assert cells[:5] == ["2", str(fleet + 2), "200 healthy", SERVED, "0"], cells
     assert f"3/4 instances healthy; unhealthy: {down} (refused)" in health.stdout  # one line, whole
     assert "node=kpro6, vmid=200" in status.stdout
+
+
+LOST_GPU_SMI = """#!/bin/sh
+# nvidia-smi with GPU 3 fallen off the bus: the whole query prints only the error and exits 15
+# (NVIDIA/open-gpu-kernel-modules#387); `-i N` still answers for the GPUs that work
+# (NVIDIA/nvidia-docker#1553).
+name="NVIDIA RTX PRO 6000 Blackwell Server Edition"
+row() { echo "$1, GPU-0000000$1, $name, 84700, 97887, 12.0, 580.95.05"; }
+case "$*" in
+  "-i 3 --query-gpu="*|"--query-gpu="*)
+    echo "Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error"; exit 15 ;;
+  "-i "*" --query-gpu="*) set -- $*; row "$2" ;;
+  "--query-compute-apps="*) ;;
+  *) echo "unexpected: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+def test_status_shows_memory_per_gpu_and_per_instance_and_names_a_lost_gpu(
+    ledger_file: Path, tmp_path: Path
+) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(LOST_GPU_SMI)
+    smi.chmod(0o755)
+    env_dir = tmp_path / "sglang"
+    env_dir.mkdir()
+    # Instance 0 runs tensor-parallel on GPUs 0 and 1; instance 2's GPU no longer answers.
+    for i, devices in enumerate(["0,1", "2", "3"]):
+        (env_dir / f"instance-{i}.env").write_text(
+            f'CUDA_VISIBLE_DEVICES={devices}\nSGLANG_FLEET_PORT={39990 + i}\nSGLANG_ARGS="--model-path m"\n'
+        )
+    args = ["status", "--ledger", str(ledger_file), "--env-dir", str(env_dir), "--nvidia-smi", str(smi)]
+    proc = sglfleet(*args, "--json", "--timeout", "1")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = {r["health"]["port"]: r for r in data["instances"]}
+    assert rows[39990]["gpus"] == [0, 1]
+    assert (rows[39990]["gpu_memory_used_mib"], rows[39990]["gpu_memory_total_mib"]) == (169400, 195774)
+    assert (rows[39991]["gpu_memory_used_mib"], rows[39991]["gpu_memory_total_mib"]) == (84700, 97887)
+    assert rows[39992]["gpu_memory_used_mib"] is None
+    assert rows[39992]["gpu_problem"] == (
+        "GPU 3 does not answer nvidia-smi "
+        "(Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error)"
+    )
+    assert rows[39990]["gpu_problem"] is None and rows[39991]["gpu_problem"] is None
+    assert [(g["index"], g["instances"]) for g in data["gpus"]] == [(0, [39990]), (1, [39990]), (2, [39991])]
+    assert "GPU 3: Unable to determine the device handle" in proc.stderr  # the warning names it too
+    table = sglfleet(*args, "--width", "200", "--timeout", "1").stdout
+    line = next(line for line in table.splitlines() if "39990" in line)
+    assert "│ 0,1 │ 39990 │" in line and "169.4 / 195.8 GB" in line
+    assert "84.7 / 97.9 GB" in next(line for line in table.splitlines() if "39991" in line)
+    assert "no answer" in next(line for line in table.splitlines() if "39992" in line)
+    assert "http://127.0.0.1:39992: GPU 3 does not answer nvidia-smi" in table
+    assert "GPUs (3 answer nvidia-smi)" in table

@@ -87,11 +87,14 @@ def test_status_playbook_prints_checklist_and_table(tmp_path: Path, two_instance
     assert re.search(r"│ provision\s+│ done\s+│ \d{4}-\d\d-\d\d \d\d:\d\d UTC │ vmid=200", out), out
     assert re.search(r"│ toolchain\s+│ pending\s+│ -", out)
     assert "Instances (2/3 healthy)" in out
-    assert re.search(
-        rf"│\s+1 │ {two_instances + 1} │ 200 healthy\s+│ standin-7b .*│ 91532 / 97887 MiB", out
-    ), out
+    assert re.search(rf"│\s+1 │ {two_instances + 1} │ 200 healthy\s+│ standin-7b .*│ 91.5 / 97.9 GB", out), (
+        out
+    )
+    # The GPU table too: GPU 1's memory, and the port of the instance on it.
+    gpu_row = rf"│\s+1 │ NVIDIA RTX PRO 6000 .*│ 91.5 / 97.9 GB │ 1\s+│ {two_instances + 1}\s+│"
+    assert re.search(gpu_row, out), out
     assert re.search(rf"│\s+2 │ {two_instances + 2} │ refused", out)
-    assert "2/10 phases done; 2/3 instances healthy" in out
+    assert "2/11 phases done; 2/3 instances healthy" in out
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0 .*failed=0", out)
 
 

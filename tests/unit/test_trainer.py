@@ -98,3 +98,49 @@ def test_render_unit_runs_the_script_with_its_checkpoint() -> None:
     )
     assert "Restart=on-failure" in lines
     assert "WantedBy=multi-user.target" in lines
+
+
+def test_it_resumes_from_its_checkpoint_and_logs_the_rows_of_the_set_the_environment_names(
+    tmp_path: Path,
+) -> None:
+    ckpt = tmp_path / "ckpt.json"
+    ckpt.write_text(json.dumps({"step": 4242}))
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"a": 1}\n\n{"a": 2}\n{"a": 3}\n')
+    env = {
+        "SGLFLEET_TRAIN_DATASET": str(data),
+        "SGLFLEET_TRAIN_RESUME_FROM": str(ckpt),
+        "PATH": "/usr/bin:/bin",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "sglfleet_testing.trainer",
+            "--checkpoint",
+            str(ckpt),
+            "--step-seconds",
+            "0.01",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHONPATH": ":".join(sys.path)},
+    )
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]
+    assert f"resumed from checkpoint {ckpt} at step 4242" in lines[0]
+    assert f"loaded 3 rows from {data} (sha256 " in lines[1]
+    assert "training" in lines[2]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert json.loads(ckpt.read_text())["step"] > 4242  # it went on from there
+
+
+def test_a_missing_dataset_is_an_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglfleet_testing.trainer", "--checkpoint", str(tmp_path / "c"),
+         "--dataset", str(tmp_path / "none.jsonl")],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "cannot resume" in proc.stderr and "none.jsonl" in proc.stderr

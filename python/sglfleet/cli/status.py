@@ -56,13 +56,18 @@ def run(args: argparse.Namespace) -> int:
             text = sys.stdin.read() if args.render == "-" else Path(args.render).read_text()
             status = parse_status_json(text, source)
         else:
-            facts = _gpu_facts(args.nvidia_smi)
             endpoints = endpoints_from_args(args)
             api_key = api_key_from_args(args)
+            gpu_sets = None
             if not endpoints:
                 layout = layout_from_env_dir(args.env_dir)
                 endpoints = list(layout.endpoints)
                 api_key = api_key or layout.api_key
+                gpu_sets = layout.gpu_sets
+            wanted = {i for s in (gpu_sets or {}).values() for i in s} | {
+                e.gpu for e in endpoints if e.gpu is not None
+            }
+            facts, gpu_errors = _gpu_facts(args.nvidia_smi, sorted(wanted))
             if not endpoints and facts and facts.gpu_count:
                 endpoints = endpoints_from_args(args, facts.gpu_count)
             status = gather_status(
@@ -72,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
                 expected_model=args.expected_model,
                 timeout=args.timeout,
                 gpu_facts=facts,
+                gpu_sets=gpu_sets,
+                gpu_errors=gpu_errors,
             )
     except (ValueError, OSError, ledger.LedgerError) as exc:
         print(f"sglfleet status: {exc}", file=sys.stderr)
@@ -85,12 +92,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_facts(nvidia_smi: str) -> gpus.GpuFacts | None:
-    """GPU facts for the memory column; a failing nvidia-smi is a warning (the column reads '-')."""
+def _gpu_facts(nvidia_smi: str, indices: list[int]) -> tuple[gpus.GpuFacts | None, list[str]]:
+    """GPU facts for the memory columns: the GPUs that answer, and what nvidia-smi said about the others
+    (an instance whose GPU is not listed is named in the table)."""
     if not nvidia_smi:
-        return None
-    try:
-        return gpus.query(nvidia_smi)
-    except gpus.GpuQueryError as exc:
-        print(f"sglfleet status: warning: no GPU memory figures: {exc}", file=sys.stderr)
-        return None
+        return None, []
+    facts, errors = gpus.query_tolerant(nvidia_smi, indices)
+    for error in errors:
+        print(f"sglfleet status: warning: nvidia-smi: {error}", file=sys.stderr)
+    return facts, errors

@@ -226,3 +226,60 @@ def query(nvidia_smi: str = "nvidia-smi", *, timeout: float = 30.0, runner: Runn
     except GpuQueryError as exc:
         raise GpuQueryError(f"{path} {APP_QUERY[0]}: {exc}") from None
     return combine(gpus, apps, path)
+
+
+def _tolerant_run(argv: list[str], parse: Callable[[str], list], timeout: float, runner: Runner):
+    """(rows that parse, error messages, whether nvidia-smi says there is no device)."""
+    try:
+        rc, out, err = runner(argv, timeout)
+    except subprocess.TimeoutExpired:
+        return [], [f"{' '.join(argv)}: no answer within {timeout:g} s"], False
+    except OSError as exc:
+        return [], [f"{' '.join(argv)}: cannot run: {exc.strerror or exc}"], False
+    if _NO_DEVICES in out + err:
+        return [], [], True
+    good, bad = [], []
+    for line in out.splitlines():
+        try:
+            good += parse(line)
+        except GpuQueryError:
+            bad.append(line.strip())
+    errors = bad + [line.strip() for line in err.splitlines() if line.strip()]
+    if rc != 0 and not errors:
+        errors.append(f"{' '.join(argv)}: exit code {rc}")
+    return good, errors, False
+
+
+def query_tolerant(
+    nvidia_smi: str = "nvidia-smi",
+    indices: Sequence[int] = (),
+    *,
+    timeout: float = 30.0,
+    runner: Runner = _run,
+) -> tuple[GpuFacts, list[str]]:
+    """`query` for a status display: the GPUs that answer, and what nvidia-smi said about the others.
+
+    A GPU that fell off the bus makes nvidia-smi print "Unable to determine the device handle for GPU
+    0000:0B:00.0: Unknown Error" and exit non-zero, often instead of every GPU's row
+    (NVIDIA/open-gpu-kernel-modules#387, meta-llama/llama-models#200), while ``nvidia-smi -i N`` still
+    answers for a GPU that works and fails for the lost one (NVIDIA/nvidia-docker#1553). So the rows
+    that parse are kept, and each GPU of `indices` that is not among them is asked alone with ``-i``;
+    the error lines (and a failure to run at all) come back as messages instead of an exception.
+    """
+    path = find_nvidia_smi(nvidia_smi)
+    if path is None:
+        return GpuFacts(nvidia_smi_found=False, nvidia_smi_path=None, gpu_count=0), []
+    gpus, errors, none = _tolerant_run([path, *GPU_QUERY], parse_gpus, timeout, runner)
+    if none:
+        return GpuFacts(nvidia_smi_found=True, nvidia_smi_path=path, gpu_count=0), []
+    if errors:
+        listed = {g.index for g in gpus}
+        for index in sorted(set(indices) - listed):
+            one, problems, _none = _tolerant_run(
+                [path, "-i", str(index), *GPU_QUERY], parse_gpus, timeout, runner
+            )
+            gpus += [g for g in one if g.index == index]
+            errors += [f"GPU {index}: {p}" for p in problems]
+    apps, app_errors, _none = _tolerant_run([path, *APP_QUERY], parse_compute_apps, timeout, runner)
+    unique = {g.index: g for g in gpus}
+    return combine(sorted(unique.values(), key=lambda g: g.index), apps, path), errors + app_errors

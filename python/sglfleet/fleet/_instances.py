@@ -99,6 +99,9 @@ class FleetSpec(BaseModel):
     mem_fraction_static: float | None = None
     context_length: int | None = None
     max_running_requests: int | None = None
+    #: --watchdog-timeout: SGLang kills its own server when a forward batch stalls this long (a hung GPU),
+    #: so that the unit's Restart=on-failure brings the instance back; None leaves SGLang's 300 s.
+    watchdog_timeout: float | None = None
     enable_metrics: bool = True
     api_key: str = ""
     #: The environment variable a launcher reads the key from (then it is not in SGLANG_ARGS, so never
@@ -469,6 +472,7 @@ def layout(spec: FleetSpec, gpus: GpuInventory, backend: str | None) -> list[Ins
             ("--mem-fraction-static", spec.mem_fraction_static),
             ("--context-length", spec.context_length),
             ("--max-running-requests", spec.max_running_requests),
+            ("--watchdog-timeout", spec.watchdog_timeout),
         ):
             if value is not None:
                 args += [flag, str(value)]

@@ -1,7 +1,7 @@
 """The fleet ledger: one JSON file on the target that says how far the fleet has come.
 
 Every phase (host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate,
-merge) records its outcome here: a status (done, failed or pending), the time the
+merge, training_resume) records its outcome here: a status (done, failed or pending), the time the
 phase took that outcome, and a dict of evidence (what proves it: GPU count, ports
 answering, rows written, ...).
 
@@ -43,6 +43,7 @@ Phase = Literal[
     "prompts",
     "generate",
     "merge",
+    "training_resume",
 ]
 Status = Literal["done", "failed", "pending"]
 

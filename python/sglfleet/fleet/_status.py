@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,13 +31,30 @@ STATUS_STYLE = {"done": "green", "failed": "bold red", "pending": "yellow"}
 
 
 class InstanceRow(BaseModel):
-    """A health row plus the GPU memory of the instance's GPU (when known)."""
+    """A health row plus the GPU memory of the instance's GPUs (summed over them; None when unknown)."""
 
     model_config = ConfigDict(frozen=True)
 
     health: health_mod.InstanceHealth
     gpu_memory_used_mib: int | None = None
     gpu_memory_total_mib: int | None = None
+    #: Every GPU of the instance (CUDA_VISIBLE_DEVICES), more than one for a tensor-parallel instance.
+    gpus: tuple[int, ...] = ()
+    #: Why its memory is unknown although nvidia-smi ran: a GPU of it that no longer answers.
+    gpu_problem: str | None = None
+
+
+class GpuRow(BaseModel):
+    """One GPU as nvidia-smi lists it, with the instances that use it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    name: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    compute_processes: int
+    instances: tuple[int, ...] = ()  # their ports
 
 
 class FleetStatus(BaseModel):
@@ -50,6 +67,9 @@ class FleetStatus(BaseModel):
     instances: tuple[InstanceRow, ...] = ()
     gpu_count: int | None = None
     nvidia_smi_found: bool | None = None
+    gpus: tuple[GpuRow, ...] = ()
+    #: What nvidia-smi said instead of a GPU's row (a GPU that fell off the bus), or why it failed.
+    gpu_errors: tuple[str, ...] = ()
 
     @property
     def healthy_count(self) -> int:
@@ -68,22 +88,61 @@ class FleetStatus(BaseModel):
         return f"{phases}; {self.healthy_count}/{len(self.instances)} instances healthy"
 
 
+def _sum(values: Sequence[int | None]) -> int | None:
+    return None if not values or any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
 def join_gpu_memory(
-    rows: Sequence[health_mod.InstanceHealth], facts: gpu_mod.GpuFacts | None
+    rows: Sequence[health_mod.InstanceHealth],
+    facts: gpu_mod.GpuFacts | None,
+    gpu_sets: Mapping[int, Sequence[int]] | None = None,
+    gpu_errors: Sequence[str] = (),
 ) -> tuple[InstanceRow, ...]:
-    """Attach the memory of GPU `row.gpu` to each row; unknown GPU or no facts -> no figures."""
+    """Attach the memory of each instance's GPUs (`gpu_sets` by port, else `row.gpu`) to its row.
+
+    No facts -> no figures. With facts, a GPU of the instance that nvidia-smi did not list (while it
+    listed others, or failed) makes the row name it: that GPU no longer answers nvidia-smi.
+    """
     by_index = {g.index: g for g in facts.gpus} if facts else {}
+    answered = facts is not None and facts.nvidia_smi_found
+    detail = f" ({gpu_errors[0]})" if gpu_errors else ""
     out = []
     for row in rows:
-        gpu = by_index.get(row.gpu) if row.gpu is not None else None
+        wanted = tuple((gpu_sets or {}).get(row.port) or ((row.gpu,) if row.gpu is not None else ()))
+        found = [by_index[i] for i in wanted if i in by_index]
+        missing = [i for i in wanted if i not in by_index]
+        problem = None
+        if answered and missing and (by_index or gpu_errors):
+            names = ", ".join(str(i) for i in missing)
+            problem = f"GPU {names} does not answer nvidia-smi{detail}"
+        complete = found and not missing
         out.append(
             InstanceRow(
                 health=row,
-                gpu_memory_used_mib=gpu.memory_used_mib if gpu else None,
-                gpu_memory_total_mib=gpu.memory_total_mib if gpu else None,
+                gpu_memory_used_mib=_sum([g.memory_used_mib for g in found]) if complete else None,
+                gpu_memory_total_mib=_sum([g.memory_total_mib for g in found]) if complete else None,
+                gpus=wanted,
+                gpu_problem=problem,
             )
         )
     return tuple(out)
+
+
+def gpu_rows(facts: gpu_mod.GpuFacts | None, instances: Sequence[InstanceRow]) -> tuple[GpuRow, ...]:
+    """One row per GPU nvidia-smi lists, with the ports of the instances on it."""
+    if facts is None:
+        return ()
+    return tuple(
+        GpuRow(
+            index=g.index,
+            name=g.name,
+            memory_used_mib=g.memory_used_mib,
+            memory_total_mib=g.memory_total_mib,
+            compute_processes=len(g.processes),
+            instances=tuple(r.health.port for r in instances if g.index in r.gpus),
+        )
+        for g in facts.gpus
+    )
 
 
 class FleetLayout(BaseModel):
@@ -93,6 +152,8 @@ class FleetLayout(BaseModel):
 
     endpoints: tuple[health_mod.Endpoint, ...]
     api_key: str | None = None
+    #: Every GPU of each instance, by port (CUDA_VISIBLE_DEVICES, "0,1" for a tensor-parallel one).
+    gpu_sets: dict[int, tuple[int, ...]] = {}
 
 
 def _env_file_values(path: Path) -> dict[str, str]:
@@ -125,7 +186,7 @@ def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
     """
     path = Path(env_dir)
     files = sorted(path.glob("instance-*.env"), key=lambda f: (len(f.name), f.name)) if path.is_dir() else []
-    endpoints, keys = [], set()
+    endpoints, keys, gpu_sets = [], set(), {}
     for env_file in files:
         try:
             values = _env_file_values(env_file)
@@ -139,8 +200,10 @@ def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
             raise ValueError(f"{env_file}: no port (SGLANG_FLEET_PORT or --port in SGLANG_ARGS)")
         host = _flag(args, "--host") or "127.0.0.1"
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        gpu_text = values.get("CUDA_VISIBLE_DEVICES", "")
-        gpu = int(gpu_text) if gpu_text.isdigit() else None
+        words = [w.strip() for w in values.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+        gpu_set = tuple(int(w) for w in words if w.isdigit())
+        gpu = gpu_set[0] if gpu_set else None
+        gpu_sets[int(port_text)] = gpu_set
         netloc = f"[{host}]" if ":" in host else host
         endpoints.append(
             health_mod.Endpoint(url=f"http://{netloc}:{port_text}", port=int(port_text), gpu=gpu)
@@ -148,7 +211,9 @@ def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
         # SGLANG_FLEET_API_KEY since the units start through sglfleet.launch; `--api-key` in older files.
         if key := values.get("SGLANG_FLEET_API_KEY") or _flag(args, "--api-key"):
             keys.add(key)
-    return FleetLayout(endpoints=tuple(endpoints), api_key=keys.pop() if len(keys) == 1 else None)
+    return FleetLayout(
+        endpoints=tuple(endpoints), api_key=keys.pop() if len(keys) == 1 else None, gpu_sets=gpu_sets
+    )
 
 
 def gather_status(
@@ -159,8 +224,11 @@ def gather_status(
     expected_model: str | None = None,
     timeout: float = health_mod.DEFAULT_TIMEOUT_S,
     gpu_facts: gpu_mod.GpuFacts | None = None,
+    gpu_sets: Mapping[int, Sequence[int]] | None = None,
+    gpu_errors: Sequence[str] = (),
 ) -> FleetStatus:
-    """Read the ledger and probe `endpoints`; `gpu_facts` (when given) adds GPU memory."""
+    """Read the ledger and probe `endpoints`; `gpu_facts` (when given) adds GPU memory, per GPU and per
+    instance (`gpu_sets`: every GPU of each instance by port), and names the GPUs that do not answer."""
     ledger = ledger_mod.load_ledger(ledger_path)
     rows: list[health_mod.InstanceHealth] = []
     if endpoints:
@@ -169,12 +237,15 @@ def gather_status(
                 endpoints, api_key=api_key, expected_model=expected_model, timeout=timeout
             ).instances
         )
+    instances = join_gpu_memory(rows, gpu_facts, gpu_sets, gpu_errors)
     return FleetStatus(
         ledger_path=str(ledger_path),
         checklist=tuple(ledger.checklist()),
-        instances=join_gpu_memory(rows, gpu_facts),
+        instances=instances,
         gpu_count=gpu_facts.gpu_count if gpu_facts else None,
         nvidia_smi_found=gpu_facts.nvidia_smi_found if gpu_facts else None,
+        gpus=gpu_rows(gpu_facts, instances),
+        gpu_errors=tuple(gpu_errors),
     )
 
 
@@ -212,12 +283,25 @@ def _num(value: float | int | None, fmt: str = "{}") -> str:
     return DASH if value is None else fmt.format(value)
 
 
-def _memory(row: InstanceRow) -> str:
-    if row.gpu_memory_used_mib is None:
+def gigabytes(used_mib: int | None, total_mib: int | None) -> str:
+    """`84.7 / 97.9 GB`: nvidia-smi's MiB in thousands, as the reference fleet's figures read."""
+    if used_mib is None:
         return DASH
-    if row.gpu_memory_total_mib:
-        return f"{row.gpu_memory_used_mib} / {row.gpu_memory_total_mib} MiB"
-    return f"{row.gpu_memory_used_mib} MiB"
+    if total_mib:
+        return f"{used_mib / 1000:.1f} / {total_mib / 1000:.1f} GB"
+    return f"{used_mib / 1000:.1f} GB"
+
+
+def _memory(row: InstanceRow) -> Text:
+    if row.gpu_problem:
+        return Text("no answer", style="bold red")
+    return Text(gigabytes(row.gpu_memory_used_mib, row.gpu_memory_total_mib))
+
+
+def _gpus_cell(row: InstanceRow) -> str:
+    if row.gpus:
+        return ",".join(str(i) for i in row.gpus)
+    return _num(row.health.gpu)
 
 
 def _health_cell(row: health_mod.InstanceHealth) -> Text:
@@ -250,7 +334,7 @@ def instance_table(status: FleetStatus) -> Table:
     for inst in status.instances:
         h = inst.health
         table.add_row(
-            _num(h.gpu),
+            _gpus_cell(inst),
             str(h.port),
             _health_cell(h),
             h.model or DASH,
@@ -258,6 +342,21 @@ def instance_table(status: FleetStatus) -> Table:
             _num(h.waiting_requests),
             _num(h.gen_throughput, "{:.1f}"),
             _memory(inst),
+        )
+    return table
+
+
+def gpu_table(status: FleetStatus) -> Table:
+    table = Table(expand=False)
+    for column in ("GPU", "name", "memory", "compute processes", "instances (port)"):
+        table.add_column(column, justify="right" if column == "GPU" else "left", no_wrap=True)
+    for gpu in status.gpus:
+        table.add_row(
+            str(gpu.index),
+            gpu.name,
+            gigabytes(gpu.memory_used_mib, gpu.memory_total_mib),
+            str(gpu.compute_processes),
+            ", ".join(str(p) for p in gpu.instances) or DASH,
         )
     return table
 
@@ -282,4 +381,14 @@ def render(status: FleetStatus, console: Console) -> None:
     unhealthy = [i.health for i in status.instances if not i.health.healthy and i.health.detail]
     for h in unhealthy:
         console.print(f"  {h.url}: {h.detail}", style="red")
+    for inst in status.instances:
+        if inst.gpu_problem:
+            console.print(
+                f"  {inst.health.url}: {inst.gpu_problem}", style="red", overflow="ignore", crop=False
+            )
+    if status.gpus or status.gpu_errors:
+        console.print(Text(f"GPUs ({len(status.gpus)} answer nvidia-smi)", style="bold"))
+        console.print(gpu_table(status), overflow="ignore", crop=False)
+        for error in status.gpu_errors:
+            console.print(f"  nvidia-smi: {error}", style="red", overflow="ignore", crop=False)
     console.print(status.summary())

@@ -224,6 +224,11 @@ class StandinApp:
             return web.Response(status=503)
         if time.monotonic() < self.ready_at:
             return web.Response(status=503)
+        if self.engine.hung:
+            # The 1-token generation never comes back (the forward loop stopped): SGLang gives up after
+            # SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and answers 503 (http_server.py health_generate).
+            await asyncio.sleep(float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")))
+            return web.Response(status=503)
         if self.config.health_seconds:
             await asyncio.sleep(self.config.health_seconds)
         return web.Response(status=200)

@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="exit abruptly (os._exit) right after answering N generation requests",
     )
+    st.add_argument(
+        "--standin-hang-after",
+        type=_number(int, 1, None),
+        default=None,
+        metavar="N",
+        help="the forward loop stops after N forward batches (a hung GPU): requests never finish, HTTP "
+        "still accepts; --watchdog-timeout later kills the server as SGLang's watchdog does",
+    )
     st.add_argument("--standin-seed", type=int, default=0, help="seed of the output text and the faults")
     st.add_argument(
         "--standin-natural-tokens",
@@ -196,6 +204,7 @@ def parse_config(argv: Sequence[str] | None = None) -> StandinConfig:
         error_rate=args.standin_error_rate,
         hang_rate=args.standin_hang_rate,
         crash_after=args.standin_crash_after,
+        hang_after=args.standin_hang_after,
         seed=args.standin_seed,
         natural_tokens=args.standin_natural_tokens,
     )

@@ -34,6 +34,7 @@ class StandinConfig:
     error_rate: float = 0.0
     hang_rate: float = 0.0
     crash_after: int | None = None
+    hang_after: int | None = None  # the forward loop stops after N forward batches (watchdog.py)
     seed: int = 0
     natural_tokens: tuple[int, int] = (16, 256)
 
@@ -86,6 +87,7 @@ class StandinConfig:
             "error_rate": self.error_rate,
             "hang_rate": self.hang_rate,
             "crash_after": self.crash_after,
+            "hang_after": self.hang_after,
             "seed": self.seed,
             "natural_tokens": list(self.natural_tokens),
         }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -15,6 +16,8 @@ from sglfleet_testing.standin.config import StandinConfig
 from sglfleet_testing.standin.metrics import Metrics, Stats
 from sglfleet_testing.standin.model import Completion, DeterministicModel
 from sglfleet_testing.standin.scheduler import Scheduler
+
+log = logging.getLogger("sglfleet_testing.standin")
 
 PREFIX_CACHE_ENTRIES = 1_000_000
 
@@ -63,6 +66,11 @@ class Engine:
             else None
         )
         self._ttft = config.ttft_seconds
+        # SGLang's scheduler forward_ct (the watchdog watches it) and the hang fault (watchdog.py).
+        self.forward_ct = 0
+        self.hang_after = config.hang_after
+        self._hung: asyncio.Future[None] | None = None
+        self._stuck = False
         self._tps = config.decode_tokens_per_second
         self._prefix_cache: set[int] = set()
 
@@ -94,6 +102,27 @@ class Engine:
                 "number of tokens in the input messages or the completion to fit within the limit."
             )
         return Job(prompt, prompt_tokens, max_new_tokens, stop, stop_token_ids, ignore_eos, seed)
+
+    @property
+    def hung(self) -> bool:
+        return self._hung is not None
+
+    @property
+    def busy(self) -> bool:
+        """A batch is current (SGLang: `cur_batch is not None`): requests hold slots, or a batch is stuck
+        in the stopped forward loop: that one never ends, even when its clients hang up (the scheduler
+        would only handle their aborts after the forward that never returns)."""
+        return self.scheduler.running > 0 or self._stuck
+
+    async def _forward(self) -> None:
+        """One forward batch: counted, unless the forward loop has stopped (then it never returns)."""
+        if self._hung is not None:
+            self._stuck = True
+            await asyncio.shield(self._hung)
+        self.forward_ct += 1
+        if self.hang_after is not None and self.forward_ct >= self.hang_after and self._hung is None:
+            log.warning("forward loop stopped after %d batches (--standin-hang-after)", self.hang_after)
+            self._hung = asyncio.get_running_loop().create_future()
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; refused (False) while requests run or wait, like SGLang."""
@@ -138,6 +167,7 @@ class Engine:
         # Time to first token: the wait for a slot, then the prefill (the first token comes with it).
         ttft = time.perf_counter() - start + self._ttft
         try:
+            await self._forward()  # the prefill
             completion, cached = self._complete(job)
             in_use = job.prompt_tokens + completion.completion_tokens
             self.stats.used_tokens += in_use
@@ -145,6 +175,7 @@ class Engine:
                 if self._ttft or self._tps:
                     decode = completion.completion_tokens / self._tps if self._tps else 0.0
                     await asyncio.sleep(self._ttft + decode)
+                await self._forward()  # the last decode batch
             finally:
                 self.stats.used_tokens -= in_use
         finally:
@@ -157,6 +188,7 @@ class Engine:
         scheduler = self.scheduler
         await scheduler.acquire()
         try:
+            await self._forward()  # the prefill
             completion, cached = self._complete(job)
             in_use = job.prompt_tokens + completion.completion_tokens
             self.stats.used_tokens += in_use
@@ -169,6 +201,8 @@ class Engine:
                 for index, piece in enumerate(pieces):
                     if index and self._tps:
                         await asyncio.sleep(1 / self._tps)
+                    if index:
+                        await self._forward()  # one decode batch per token
                     yield Chunk(piece if index == 0 else " " + piece, ids[index : index + 1])
                 # Tokens generated but not shown (a stop string's tail, a stop token id).
                 rest = ids[len(pieces) :]

@@ -11,6 +11,9 @@ SIGKILL the process itself (utils/common.py:1184-1186). There is no drain timeou
 service manager's stop timeout is the only limit.
 
 SIGINT (uvicorn's own handler): stop listening, let in-flight requests finish, exit 0.
+
+A forward batch stalled longer than --watchdog-timeout (the hang fault, --standin-hang-after): the
+scheduler's watchdog SIGQUITs the main process, which SIGKILLs itself (standin/watchdog.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 
 from aiohttp import web
 
+from sglfleet_testing.standin import watchdog as scheduler_watchdog
 from sglfleet_testing.standin.app import StandinApp
 from sglfleet_testing.standin.config import StandinConfig
 
@@ -75,6 +79,10 @@ async def _run(config: StandinConfig) -> None:
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGTERM, state.sigterm_handler)
+        # The scheduler's watchdog and the main process's SIGQUIT handler (standin/watchdog.py).
+        loop.add_signal_handler(signal.SIGQUIT, scheduler_watchdog.sigquit_handler)
+        engine = state.engine
+        scheduler_watchdog.watch(config.watchdog_timeout, lambda: engine.forward_ct, lambda: engine.busy)
         watchdog = loop.create_task(state.sigterm_watchdog())
         await stop.wait()
         watchdog.cancel()
