@@ -60,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--endpoints-file", type=Path, help="one endpoint URL a line (# comments)")
     p.add_argument("--concurrency", "-c", type=int, default=32, help="requests in flight per endpoint (32)")
+    p.add_argument(
+        "--dispatch",
+        choices=("prefix", "least-loaded"),
+        default="prefix",
+        help="prefix (default): a request goes to the endpoint that served its longest prompt prefix "
+        "last (turns of a conversation, a shared system prompt) while its load allows, else the "
+        "least-loaded; least-loaded: fewest requests in flight only",
+    )
     p.add_argument("--model", help="model name for bodies without one")
     p.add_argument("--max-tokens", type=int, help="max_tokens for bodies without one")
     p.add_argument("--temperature", type=float, help="temperature for bodies without one")
@@ -190,6 +198,7 @@ def _main(args: argparse.Namespace) -> int:
         output=args.output,
         endpoints=endpoints,
         concurrency=args.concurrency,
+        dispatch=args.dispatch,
         params=_params(args),
         max_retries=args.max_retries,
         request_timeout=args.request_timeout,
