@@ -27,6 +27,7 @@ import io
 import json
 import random
 import re
+import statistics
 import tempfile
 import time
 import urllib.request
@@ -161,13 +162,22 @@ def measure(
     return wall, (cached1 - cached0) / max(prompt1 - prompt0, 1)
 
 
-def workload(title: str, inp: Path, out: Path, urls: list[str], *, model_dir: Path, turns: str) -> dict:
+def workload(
+    title: str, inp: Path, out: Path, urls: list[str], *, model_dir: Path, turns: str, rounds: int
+) -> dict:
+    """Every row, ``rounds`` times interleaved (the order turned each round); medians."""
     print(f"## {title}")
+    runs: dict[str, list[tuple[float, float]]] = {row: [] for row in ROWS}
+    for r in range(rounds):
+        for row in ROWS if r % 2 == 0 else ROWS[::-1]:
+            runs[row].append(measure(row, inp, out, urls, model_dir=model_dir, turns=turns))
     results = {}
     for row in ROWS:
-        wall, hit = measure(row, inp, out, urls, model_dir=model_dir, turns=turns)
+        wall = statistics.median(w for w, _ in runs[row])
+        hit = statistics.median(h for _, h in runs[row])
         results[row] = (wall, hit)
-        print(f"{row:24s} wall {wall:7.2f} s   prefix hit rate {hit:6.1%}", flush=True)
+        each = " ".join(f"{w:.1f}" for w, _ in runs[row])
+        print(f"{row:24s} wall {wall:7.2f} s   prefix hit rate {hit:6.1%}   (runs: {each} s)", flush=True)
     return results
 
 
@@ -178,6 +188,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small workloads")
     parser.add_argument("--conversations", type=int, default=600)
     parser.add_argument("--prompts", type=int, default=1500)
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each row, interleaved (medians)")
+    parser.add_argument("--workload", choices=("multi", "single", "both"), default="both")
     args = parser.parse_args()
     if args.quick:
         args.conversations, args.prompts = 120, 300
@@ -189,35 +201,31 @@ def main() -> None:
         write_single(single, args.prompts)
         knobs = {k: v for k, v in STANDIN.items() if k.startswith("standin")}
         print(f"{SERVERS} stand-ins: {json.dumps(knobs)}, {CONCURRENCY} in flight per instance")
+        m = s = None
         with fleet(model_dir) as servers:
-            urls = [s.base_url for s in servers]
-            m = workload(
-                f"multi-turn: {args.conversations} conversations, {turns} turns, --turns all",
-                multi,
-                out,
-                urls,
-                model_dir=model_dir,
-                turns="all",
-            )
-            s = workload(
-                f"single-turn: {args.prompts} prompts sharing 4 system prompts",
-                single,
-                out,
-                urls,
-                model_dir,
-                "last",
-            )
-    pa, ll, rr, ca = ROWS[2], ROWS[1], ROWS[0], ROWS[3]
+            urls = [srv.base_url for srv in servers]
+            common = {"model_dir": model_dir, "rounds": args.rounds}
+            if args.workload in ("multi", "both"):
+                title = f"multi-turn: {args.conversations} conversations, {turns} turns, --turns all"
+                m = workload(title, multi, out, urls, turns="all", **common)
+            if args.workload in ("single", "both"):
+                title = f"single-turn: {args.prompts} prompts sharing 4 system prompts"
+                s = workload(title, single, out, urls, turns="last", **common)
+    rr, ll, pa, ca = ROWS
     print("## ratios")
-    print(f"multi-turn: least-loaded wall / prefix-aware wall = {m[ll][0] / m[pa][0]:.2f}x (goal >= 1.3)")
-    print(f"multi-turn: round robin wall / prefix-aware wall  = {m[rr][0] / m[pa][0]:.2f}x")
-    print(
-        f"multi-turn: router cache_aware wall / prefix-aware wall = {m[ca][0] / m[pa][0]:.2f}x (goal >= 1.0)"
-    )
-    print(f"multi-turn: prefix-aware hit {m[pa][1]:.1%} vs router cache_aware {m[ca][1]:.1%} (goal >=)")
-    print(f"single-turn: prefix-aware wall / least-loaded wall = {s[pa][0] / s[ll][0]:.2f}x (goal <= 1.02)")
-    print(f"single-turn: router cache_aware wall / prefix-aware wall = {s[ca][0] / s[pa][0]:.2f}x")
-    print(f"single-turn: prefix-aware hit {s[pa][1]:.1%} vs router cache_aware {s[ca][1]:.1%}")
+    if m is not None:
+        print(f"multi-turn: least-loaded wall / prefix-aware wall = {m[ll][0] / m[pa][0]:.2f}x (goal >= 1.3)")
+        print(f"multi-turn: round robin wall / prefix-aware wall = {m[rr][0] / m[pa][0]:.2f}x")
+        print(
+            f"multi-turn: router cache_aware wall / prefix-aware = {m[ca][0] / m[pa][0]:.2f}x (goal >= 1.0)"
+        )
+        print(f"multi-turn: prefix-aware hit {m[pa][1]:.1%} vs router cache_aware {m[ca][1]:.1%} (goal >=)")
+    if s is not None:
+        print(
+            f"single-turn: prefix-aware wall / least-loaded wall = {s[pa][0] / s[ll][0]:.2f}x (goal <= 1.02)"
+        )
+        print(f"single-turn: router cache_aware wall / prefix-aware wall = {s[ca][0] / s[pa][0]:.2f}x")
+        print(f"single-turn: prefix-aware hit {s[pa][1]:.1%} vs router cache_aware {s[ca][1]:.1%}")
 
 
 if __name__ == "__main__":
