@@ -32,7 +32,7 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge]
+    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge, router]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
@@ -157,6 +157,7 @@ PHASES = (
         "prompts",
         "generate",
         "merge",
+        "router",
     ]
 )
 STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]
