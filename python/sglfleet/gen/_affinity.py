@@ -41,6 +41,8 @@ class PrefixAffinity:
 
     def keys(self, body: bytes) -> list[int]:
         """Keys of the prompt's prefixes that are long enough, shortest first ([] if none)."""
+        if len(body) < self.min_chars:  # no prompt in it is long enough: not worth parsing
+            return []
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
