@@ -38,7 +38,8 @@ def _vars(path: Path, instances: int, **more: object) -> Path:
     path.write_text(
         json.dumps(
             {
-                "ansible_python_interpreter": MODULE_PYTHON,
+                # not ansible_python_interpreter: inventory/lab sets it per group, and as an extra
+                # variable it would outrank the controller's own for the tasks delegated there
                 "sglang_fleet_api_key": API_KEY,
                 "sglang_fleet_instances": instances,
                 "sglang_router_enabled": True,
