@@ -79,7 +79,7 @@ def test_the_router_converges_and_passes_its_health_gate(routed: tuple[PlaybookR
     assert httpx.get(f"{ROUTER}/health_generate", timeout=10).status_code == 200
     assert _workers() == 2
     models = httpx.get(f"{ROUTER}/v1/models", headers=AUTH, timeout=10).json()
-    assert models["data"][0]["id"] == MODEL_DIR  # what its workers' /get_model_info named
+    assert models["data"][0]["id"] == "standin-7b"  # its workers' served model name
 
 
 def test_a_rerun_changes_nothing_and_check_mode_predicts_nothing(
