@@ -32,7 +32,8 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge, router]
+    choices:
+      [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge, router]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
