@@ -32,8 +32,8 @@ options:
     description:
       - The phase to record or remove. Required unless I(state=read).
     type: str
-    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, prompts, generate, merge,
-              training_resume]
+    choices: [host, provision, training_stop, toolchain, sglang, model, fleet, router, prompts, generate,
+              merge, training_resume]
   status:
     description: The phase's outcome (with I(state=present)).
     type: str
@@ -155,6 +155,7 @@ PHASES = (
         "sglang",
         "model",
         "fleet",
+        "router",
         "prompts",
         "generate",
         "merge",

@@ -49,6 +49,25 @@ def test_ansible_reads_the_inventory_without_a_warning() -> None:
     assert "{{ ansible_host }}" in ct200["proxmox_lxc_netif"]["net0"]
 
 
+def test_a_second_proxmox_host_is_a_group_of_its_own() -> None:
+    done = run("ansible-inventory", "-i", str(EXAMPLE), "--list")
+    assert done.returncode == 0, done.stderr
+    inventory = json.loads(done.stdout)
+    hostvars = inventory["_meta"]["hostvars"]
+    assert set(inventory["pve_hosts"]["hosts"]) == {"kpro6", "kpro7"}
+    assert set(inventory["fleet"]["children"]) == {"pve_kpro6", "pve_kpro7"}
+    nodes = {
+        ct: (hostvars[ct]["proxmox_lxc_node"], hostvars[ct]["proxmox_lxc_pve_host"])
+        for ct in ("ct200", "ct201")
+    }
+    assert nodes == {"ct200": ("kpro6", "kpro6"), "ct201": ("kpro7", "kpro7")}
+    # each container on its own node's API, with its own CT id, the fleet's settings shared
+    assert hostvars["ct201"]["proxmox_lxc_api_host"] == "kpro7.example.net"
+    assert hostvars["ct200"]["proxmox_lxc_vmid"] != hostvars["ct201"]["proxmox_lxc_vmid"]
+    assert hostvars["ct201"]["proxmox_lxc_gpu_count"] == hostvars["ct200"]["proxmox_lxc_gpu_count"]
+    assert hostvars["ct201"]["proxmox_lxc_ca_cert"].endswith("files/pve-root-ca-kpro7.pem")
+
+
 @pytest.mark.parametrize("playbook", sorted(p.name for p in (ROOT / "playbooks").glob("*.yml")))
 def test_every_playbook_passes_syntax_check(playbook: str) -> None:
     done = run("ansible-playbook", "--syntax-check", "-i", str(EXAMPLE), f"playbooks/{playbook}")
@@ -95,9 +114,10 @@ def test_its_variables_pass_every_roles_argument_specs(tmp_path: Path) -> None:
         "ansible_connection=local",
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert re.search(rf"^ct200\s*:\s*ok={len(ROLES)}\s.*failed=0", done.stdout, re.MULTILINE), done.stdout[
-        -3000:
-    ]
+    for ct in ("ct200", "ct201"):
+        assert re.search(rf"^{ct}\s*:\s*ok={len(ROLES)}\s.*failed=0", done.stdout, re.MULTILINE), done.stdout[
+            -3000:
+        ]
 
 
 def test_the_files_it_names_are_shipped_or_listed_as_the_sites_own() -> None:

@@ -21,6 +21,16 @@ T0 = datetime(2026, 12, 2, 18, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 12, 2, 19, 0, 0, tzinfo=UTC)
 
 
+def test_the_optional_router_phase_is_listed_once_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    lg.record_phase(path, "fleet", "done", {"ports": [30000]}, now=T0)
+    assert "router" not in [r.phase for r in lg.load_ledger(path).checklist()]
+    lg.record_phase(path, "router", "done", {"url": "http://10.0.0.5:30100", "workers": 16}, now=T1)
+    rows = lg.load_ledger(path).checklist()
+    assert [r.phase for r in rows][-1] == "router"
+    assert (rows[-1].status, rows[-1].evidence["workers"]) == ("done", 16)
+
+
 def test_missing_file_reads_as_every_phase_pending(tmp_path: Path) -> None:
     ledger = lg.load_ledger(tmp_path / "nope.json")
     rows = ledger.checklist()

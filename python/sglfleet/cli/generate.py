@@ -94,6 +94,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--endpoints-file", type=Path, help="one endpoint URL a line (# comments)")
     p.add_argument("--concurrency", "-c", type=int, default=32, help="requests in flight per endpoint (32)")
+    p.add_argument(
+        "--dispatch",
+        choices=("prefix", "least-loaded"),
+        default="prefix",
+        help="prefix (default): a request goes to the endpoint that served its longest prompt prefix "
+        "last (turns of a conversation, a shared system prompt) while its load allows, else the "
+        "least-loaded; least-loaded: fewest requests in flight only",
+    )
     sampling = p.add_argument_group(
         "sampling (each one given is set in every request body, over the body's own value; the "
         "manifest records them)"
@@ -249,6 +257,7 @@ def _main(args: argparse.Namespace) -> int:
         output=args.output,
         endpoints=endpoints,
         concurrency=args.concurrency,
+        dispatch=args.dispatch,
         params=_params(args),
         max_retries=args.max_retries,
         request_timeout=args.request_timeout,

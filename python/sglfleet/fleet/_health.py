@@ -11,6 +11,11 @@ An instance is healthy when ``/health_generate`` answers 200 and, when an expect
 given, the instance serves it (by served name or model path).  Otherwise `reason` says why:
 ``refused`` (nothing listens), ``starting`` (503), ``timeout``, ``unexpected model``,
 ``http <code>`` or ``error: <what>``.
+
+SGLang's router (`sglang-router`) answers the same probe in front of the fleet: it serves
+``/health_generate``, ``/v1/models`` and the old names ``/get_model_info`` and ``/get_server_info``
+but 404 on ``/model_info``, ``/server_info`` and ``/v1/loads``; a 404 on ``/model_info`` is asked
+again at ``/get_model_info``, and the load fields stay unknown.
 """
 
 from __future__ import annotations
@@ -195,6 +200,12 @@ async def probe_instance(
         _get(session, f"{endpoint.url}/v1/loads", auth, want_json=True),
         return_exceptions=True,
     )
+    if not isinstance(info, BaseException) and info[0] == 404:
+        # the old name: what SGLang's router (sglang-router 0.3.2) answers, /model_info is 404 there
+        try:
+            info = await _get(session, f"{endpoint.url}/get_model_info", auth, want_json=True)
+        except Exception as exc:
+            info = exc
     latency = round(time.monotonic() - start, 4)
     base = {"url": endpoint.url, "port": endpoint.port, "gpu": endpoint.gpu, "latency_s": latency}
     if isinstance(health, BaseException):

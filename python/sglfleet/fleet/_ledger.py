@@ -40,6 +40,7 @@ Phase = Literal[
     "sglang",
     "model",
     "fleet",
+    "router",  # optional: SGLang's router in front of the fleet (role sglang_router)
     "prompts",
     "generate",
     "merge",
@@ -49,6 +50,8 @@ Status = Literal["done", "failed", "pending"]
 
 #: The phases in the order they run (the checklist's order).
 PHASES: tuple[str, ...] = get_args(Phase)
+#: Phases a fleet may go without: in the checklist only once recorded.
+OPTIONAL_PHASES: frozenset[str] = frozenset({"router"})
 STATUSES: tuple[str, ...] = get_args(Status)
 
 SCHEMA_VERSION = 1
@@ -93,11 +96,14 @@ class Ledger(BaseModel):
     phases: dict[Phase, PhaseRecord] = Field(default_factory=dict)
 
     def checklist(self) -> list[ChecklistRow]:
-        """Every phase in run order; a phase that never recorded anything is pending, with no time."""
+        """Every phase in run order; a phase that never recorded anything is pending, with no time
+        (an optional one is left out until it records)."""
         rows = []
         for phase in PHASES:
             record = self.phases.get(phase)  # type: ignore[call-overload]
             if record is None:
+                if phase in OPTIONAL_PHASES:
+                    continue
                 rows.append(
                     ChecklistRow(phase=phase, status="pending", time=None, evidence={}, recorded=False)
                 )

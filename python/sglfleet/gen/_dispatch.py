@@ -5,6 +5,10 @@ and then goes to the endpoint with the fewest in flight (ties go to the one that
 recently, then the first listed), so a slow server simply holds on to its slots longer and gets
 fewer requests: no round robin, no slow instance stalling the rest.
 
+With a :class:`~sglfleet.gen._affinity.PrefixAffinity` (``--dispatch prefix``), a request whose
+prompt prefix an endpoint served last goes there instead, while that endpoint has a free slot and
+at most ``slack`` more requests in flight than the least-loaded one; everything else above holds.
+
 An endpoint that stops answering (``down_after`` connection errors, timeouts or 502/503/504 in a
 row) is taken out; a prober asks its ``/health`` until it answers 200 and puts it back.
 
@@ -30,6 +34,8 @@ import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from sglfleet.gen._affinity import PrefixAffinity
 
 
 @dataclass(eq=False)
@@ -84,6 +90,7 @@ class EndpointPool:
         stall_factor: float = 8.0,
         stall_min: float = 2.0,
         watch_interval: float | None = None,
+        affinity: PrefixAffinity | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one endpoint is needed")
@@ -100,8 +107,10 @@ class EndpointPool:
         for ep in self.endpoints:
             ep.latency_buckets = [0] * (len(LATENCY_BUCKETS) + 1)
         self.watch_interval = watch_interval
+        self.affinity = affinity
         self._probe = probe
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._wants: dict[asyncio.Future[None], int] = {}  # waiter -> the endpoint its prefix prefers
         self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
         self._closed = False
         self._watching = False  # the watchers are started (by the first acquire)
@@ -127,15 +136,39 @@ class EndpointPool:
                 best = min(others, key=lambda e: (e.in_flight, -e.last_release))
         return best
 
-    async def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
-        """Wait for a free slot on a healthy endpoint and take it."""
+    def _pick_for(self, avoid: Endpoint | None, keys: list[int]) -> Endpoint | None:
+        """The endpoint holding the longest of ``keys`` while its load allows, else :meth:`_pick`'s."""
+        best = self._pick(avoid)
+        affinity = self.affinity
+        assert affinity is not None
+        index = affinity.preferred(keys)
+        if best is None or index is None:
+            return best
+        ep = self.endpoints[index]
+        if ep is best:
+            affinity.hits += 1
+        elif ep is not avoid and ep.up and ep.in_flight < self.concurrency:
+            if ep.in_flight <= best.in_flight + affinity.slack:
+                affinity.hits += 1
+                return ep
+            affinity.misses += 1
+        else:
+            affinity.misses += 1
+        return best
+
+    async def acquire(self, avoid: Endpoint | None = None, body: bytes | None = None) -> Endpoint:
+        """Wait for a free slot on a healthy endpoint and take it. With prefix affinity, ``body`` (the
+        request's JSON) says which prompt prefixes it carries."""
         loop = asyncio.get_running_loop()
         if not self._watching:
             self._start_watchers()
         all_down_since: float | None = None
+        keys = self.affinity.keys(body) if self.affinity is not None and body is not None else None
         while True:
-            ep = self._pick(avoid)
+            ep = self._pick_for(avoid, keys) if keys else self._pick(avoid)
             if ep is not None:
+                if keys:
+                    self.affinity.record(keys, ep.index)  # type: ignore[union-attr]
                 if ep.in_flight == 0:
                     ep.busy_since = loop.time()
                 ep.in_flight += 1
@@ -157,6 +190,10 @@ class EndpointPool:
                 all_down_since = None
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append(fut)
+            if keys:
+                wanted = self.affinity.preferred(keys)  # type: ignore[union-attr]
+                if wanted is not None:
+                    self._wants[fut] = wanted
             try:
                 if timeout is None:
                     await fut  # the common wait: no timer
@@ -169,6 +206,28 @@ class EndpointPool:
                     fut.cancel()
                     with contextlib.suppress(ValueError):
                         self._waiters.remove(fut)
+                self._wants.pop(fut, None)
+
+    def _wake_for(self, ep: Endpoint) -> None:
+        """A slot of ``ep`` is free: wake the first waiter whose prefix ``ep`` holds, else the first
+        whose prefix no endpoint holds (it loses nothing anywhere), else the first."""
+        wants = self._wants
+        if wants:
+            free = None
+            for fut in self._waiters:
+                if fut.done():
+                    continue
+                wanted = wants.get(fut)
+                if wanted == ep.index:
+                    free = fut
+                    break
+                if wanted is None and free is None:
+                    free = fut
+            if free is not None:
+                self._waiters.remove(free)
+                free.set_result(None)
+                return
+        self._wake()
 
     def _wake(self, n: int = 1) -> None:
         while n and self._waiters:
@@ -207,7 +266,7 @@ class EndpointPool:
             else:
                 ep.errors += 1
         if ep.up:
-            self._wake()
+            self._wake_for(ep)
 
     def _answered(self, ep: Endpoint, latency: float) -> None:
         ep.last_done = asyncio.get_running_loop().time()
@@ -248,6 +307,8 @@ class EndpointPool:
     def take_out(self, ep: Endpoint) -> None:
         """Stop sending to ``ep``; a prober puts it back once its ``/health`` answers 200."""
         ep.up = False
+        if self.affinity is not None:  # it may come back restarted, its prefix cache empty
+            self.affinity.forget(ep.index)
         if not self._closed:
             ep._prober = asyncio.get_running_loop().create_task(self._probe_until_up(ep))
         # waiters blocked on "all endpoints down" must re-check their deadline

@@ -32,6 +32,7 @@ import orjson
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
 from sglfleet.gen import _manifest as manifest
+from sglfleet.gen._affinity import POLICIES, PrefixAffinity
 from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint
 from sglfleet.gen._formats import (
     GenParams,
@@ -76,6 +77,9 @@ class GenerateConfig:
     # Seconds between /health probes of the endpoints that are up: a draining SGLang (SIGTERM, a
     # rolling restart) answers 503 there while it still accepts requests; it gets no new ones.
     watch_interval: float | None = 5.0
+    # "prefix": a request goes where its longest prompt prefix went last, while that endpoint's load
+    # allows (SGLang's prefix cache then skips that prefill); "least-loaded": fewest in flight only
+    dispatch: str = "prefix"
 
 
 @dataclass
@@ -122,6 +126,8 @@ def check_config(config: GenerateConfig) -> list[str]:
         seen.add(base)
     if config.concurrency < 1:
         problems.append("--concurrency must be at least 1")
+    if config.dispatch not in POLICIES:
+        problems.append(f"--dispatch must be one of {', '.join(POLICIES)}, not {config.dispatch!r}")
     if config.max_retries < 0:
         problems.append("--max-retries must be 0 or more")
     if config.request_timeout <= 0:
@@ -352,7 +358,7 @@ class _Job:
         """One attempt, awaited in this task (no task per request: that costs throughput). Should its
         endpoint stall meanwhile, :meth:`watch` sends the same body to another endpoint too; when that
         answers first it cancels this await and its answer is returned instead."""
-        ep = await self.pool.acquire(avoid)
+        ep = await self.pool.acquire(avoid, body)
         if self.stop.is_set():
             self.pool.release(ep, "cancelled")
             return None, ep
@@ -882,6 +888,7 @@ def _make_pool(config: GenerateConfig, probe: Callable[[Endpoint], Any]) -> Endp
         stall_factor=config.stall_factor,
         stall_min=config.stall_min,
         watch_interval=config.watch_interval,
+        affinity=PrefixAffinity() if config.dispatch == "prefix" else None,
     )
 
 

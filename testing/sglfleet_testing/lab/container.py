@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglfleet_testing.router import write_model_dir
+
 from .hostaccess import HostAccess
 from .settings import LabSettings
 from .template import mask_units
@@ -306,6 +308,8 @@ def put_model_store(rootfs: Path) -> None:
     model = rootfs / LAB_MODEL_DIR
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text('{"architectures": ["StandinForCausalLM"], "model_type": "standin"}\n')
+    # What the real SGLang router loads (sglang_router's tokenizer registry reads the model dir)
+    write_model_dir(model)
 
 
 def unpack(template: Path, rootfs: Path) -> None:

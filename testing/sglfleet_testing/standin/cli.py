@@ -137,6 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="decode tokens per second per request (0: decoding takes no time)",
     )
     st.add_argument(
+        "--standin-prefill-tps",
+        type=_number(float, 0.0, None),
+        default=0.0,
+        help="prefill tokens per second of the instance, one prefill at a time; cached prefix "
+        "tokens are free (0: prefill takes no time)",
+    )
+    st.add_argument(
+        "--standin-prefix-cache-tokens",
+        type=_number(int, 0, None),
+        default=None,
+        metavar="N",
+        help="token budget of the prefix cache, least recently used evicted first "
+        "(default: the KV pool, max_total_num_tokens; 0: no cache, as --disable-radix-cache)",
+    )
+    st.add_argument(
         "--standin-error-rate",
         type=_number(float, 0.0, 1.0),
         default=0.0,
@@ -201,6 +216,8 @@ def parse_config(argv: Sequence[str] | None = None) -> StandinConfig:
         drain_poll_seconds=args.standin_drain_poll_seconds,
         ttft_seconds=args.standin_ttft,
         decode_tokens_per_second=args.standin_decode_tps,
+        prefill_tokens_per_second=args.standin_prefill_tps,
+        prefix_cache_tokens=args.standin_prefix_cache_tokens,
         error_rate=args.standin_error_rate,
         hang_rate=args.standin_hang_rate,
         crash_after=args.standin_crash_after,

@@ -31,6 +31,8 @@ class StandinConfig:
     drain_poll_seconds: float = 5.0  # SGLang's sigterm_watchdog polls every 5 s
     ttft_seconds: float = 0.0
     decode_tokens_per_second: float = 0.0  # 0: no decode time at all
+    prefill_tokens_per_second: float = 0.0  # uncached prompt tokens/s, one prefill at a time; 0: free
+    prefix_cache_tokens: int | None = None  # the prefix cache's budget; None: max_total_num_tokens
     error_rate: float = 0.0
     hang_rate: float = 0.0
     crash_after: int | None = None
@@ -47,6 +49,11 @@ class StandinConfig:
     def max_total_num_tokens(self) -> int:
         """KV pool size the stand-in pretends to have (drives `token_usage`)."""
         return max(self.context_length, int(self.mem_fraction_static * 1_000_000))
+
+    @property
+    def prefix_cache_budget(self) -> int:
+        """Tokens the prefix cache may hold (SGLang's tree lives in the KV pool)."""
+        return self.max_total_num_tokens if self.prefix_cache_tokens is None else self.prefix_cache_tokens
 
     def server_args(self) -> dict[str, Any]:
         """The SGLang-named server arguments, as `/server_info` reports them (no secrets)."""
@@ -84,6 +91,8 @@ class StandinConfig:
             "drain_poll_seconds": self.drain_poll_seconds,
             "ttft_seconds": self.ttft_seconds,
             "decode_tokens_per_second": self.decode_tokens_per_second,
+            "prefill_tokens_per_second": self.prefill_tokens_per_second,
+            "prefix_cache_tokens": self.prefix_cache_budget,
             "error_rate": self.error_rate,
             "hang_rate": self.hang_rate,
             "crash_after": self.crash_after,

@@ -1,7 +1,10 @@
 """The engine: admission, the deterministic model, the latency model and the load figures.
 
-Latency model: a request holds a running slot for `ttft + completion_tokens / decode_tps`
-seconds (asyncio sleeps, no CPU); with both at 0 it never sleeps at all.
+Latency model: a request holds a running slot for `prefill + ttft + completion_tokens / decode_tps`
+seconds (asyncio sleeps, no CPU); with all of them at 0 it never sleeps at all. Prefill is the
+prompt tokens the prefix cache does not hold, at `prefill_tps` tokens per second, one request's
+prefill at a time (a GPU's prefill is compute-bound: two prefills share its throughput); cached
+tokens cost nothing, which is what SGLang's RadixAttention saves.
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ from collections.abc import AsyncIterator, Sequence
 from sglfleet_testing.standin.config import StandinConfig
 from sglfleet_testing.standin.metrics import Metrics, Stats
 from sglfleet_testing.standin.model import Completion, DeterministicModel
+from sglfleet_testing.standin.prefix_cache import PrefixCache
 from sglfleet_testing.standin.scheduler import Scheduler
 
 log = logging.getLogger("sglfleet_testing.standin")
-
-PREFIX_CACHE_ENTRIES = 1_000_000
 
 
 class ContextOverflow(ValueError):
@@ -72,7 +74,9 @@ class Engine:
         self._hung: asyncio.Future[None] | None = None
         self._stuck = False
         self._tps = config.decode_tokens_per_second
-        self._prefix_cache: set[int] = set()
+        self._prefill_tps = config.prefill_tokens_per_second
+        self._prefill_lane = asyncio.Lock()
+        self.prefix_cache = PrefixCache(config.prefix_cache_budget)
 
     def job(
         self,
@@ -128,10 +132,11 @@ class Engine:
         """Empty the prefix cache; refused (False) while requests run or wait, like SGLang."""
         if self.scheduler.running or self.scheduler.waiting:
             return False
-        self._prefix_cache.clear()
+        self.prefix_cache.clear()
         return True
 
     def _complete(self, job: Job) -> tuple[Completion, int]:
+        """The completion, and the prompt tokens the prefix cache held (at most all but the last)."""
         completion = self.model.complete(
             job.prompt,
             max_new_tokens=job.max_new_tokens,
@@ -140,16 +145,21 @@ class Engine:
             ignore_eos=job.ignore_eos,
             request_seed=job.seed,
         )
-        key = hash(job.prompt)
-        cache = self._prefix_cache
-        if key in cache:
-            cached = max(job.prompt_tokens - 1, 0)
-        else:
-            cached = 0
-            if len(cache) >= PREFIX_CACHE_ENTRIES:
-                cache.clear()
-            cache.add(key)
+        cached = min(self.prefix_cache.match_insert(job.prompt.split()), max(job.prompt_tokens - 1, 0))
+        self.stats.prefilled(job.prompt_tokens, cached)
         return completion, cached
+
+    async def _prefill(self, job: Job, cached: int) -> None:
+        """Compute the uncached prompt tokens: one prefill at a time, at `prefill_tps` tokens/s."""
+        if self._prefill_tps and job.prompt_tokens > cached:
+            async with self._prefill_lane:
+                await asyncio.sleep((job.prompt_tokens - cached) / self._prefill_tps)
+
+    def _cache_output(self, job: Job, completion: Completion) -> None:
+        """SGLang caches a finished request's prompt and output (cache_finished_req): the next turn
+        of a conversation finds both."""
+        if self.prefix_cache.budget > 0 and completion.text:
+            self.prefix_cache.insert(f"{job.prompt} {completion.text}".split())
 
     def _finish(self, job: Job, completion: Completion, cached: int, start: float, ttft: float) -> Result:
         e2e = time.perf_counter() - start
@@ -164,18 +174,20 @@ class Engine:
         start = time.perf_counter()
         scheduler = self.scheduler
         await scheduler.acquire()
-        # Time to first token: the wait for a slot, then the prefill (the first token comes with it).
-        ttft = time.perf_counter() - start + self._ttft
         try:
             await self._forward()  # the prefill
             completion, cached = self._complete(job)
             in_use = job.prompt_tokens + completion.completion_tokens
             self.stats.used_tokens += in_use
             try:
+                await self._prefill(job, cached)
+                # Time to first token: the wait for a slot, the prefill, then --standin-ttft.
+                ttft = time.perf_counter() - start + self._ttft
                 if self._ttft or self._tps:
                     decode = completion.completion_tokens / self._tps if self._tps else 0.0
                     await asyncio.sleep(self._ttft + decode)
                 await self._forward()  # the last decode batch
+                self._cache_output(job, completion)
             finally:
                 self.stats.used_tokens -= in_use
         finally:
@@ -193,6 +205,7 @@ class Engine:
             in_use = job.prompt_tokens + completion.completion_tokens
             self.stats.used_tokens += in_use
             try:
+                await self._prefill(job, cached)
                 if self._ttft:
                     await asyncio.sleep(self._ttft)
                 ttft = time.perf_counter() - start
@@ -208,6 +221,7 @@ class Engine:
                 rest = ids[len(pieces) :]
                 if rest and self._tps:
                     await asyncio.sleep(len(rest) / self._tps)
+                self._cache_output(job, completion)
             finally:
                 self.stats.used_tokens -= in_use
         finally:

@@ -24,6 +24,7 @@ class Stats:
         self.generation_tokens = 0
         self.cached_tokens = 0
         self.used_tokens = 0  # prompt + completion tokens of the running requests
+        self.last_hit_rate = 0.0  # cached / prompt tokens of the latest prefill
         self._buckets: deque[list[int]] = deque()  # [second, generated tokens]
 
     def finished(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> None:
@@ -45,8 +46,16 @@ class Stats:
         floor = int(time.monotonic()) - THROUGHPUT_WINDOW_S
         return sum(tokens for second, tokens in self._buckets if second > floor) / THROUGHPUT_WINDOW_S
 
+    def prefilled(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """A request's prefill: SGLang's `cache_hit_rate` is its latest prefill batch's hit tokens
+        over its hit plus new tokens (observability/scheduler_metrics_mixin.py:565-576, 0.5.12); the
+        stand-in prefills one request per batch."""
+        self.last_hit_rate = cached_tokens / prompt_tokens if prompt_tokens else 0.0
+
     def cache_hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        """The latest prefill's hit rate (a gauge, as SGLang's); the whole run's is the counters'
+        `sglang:cached_tokens_total / sglang:prompt_tokens_total`."""
+        return self.last_hit_rate
 
 
 class _SglangCollector(Collector):
@@ -79,6 +88,7 @@ class _SglangCollector(Collector):
         yield self._family(
             gauge, "sglang:gen_throughput", "The generation throughput (token/s).", stats.gen_throughput()
         )
+        # metrics_collector.py:232 (0.5.12): a "mostrecent" gauge of the latest prefill batch
         yield self._family(
             gauge, "sglang:cache_hit_rate", "The prefix cache hit rate.", stats.cache_hit_rate()
         )
@@ -91,6 +101,7 @@ class _SglangCollector(Collector):
             "Number of generation tokens processed.",
             stats.generation_tokens,
         )
+        # metrics_collector.py:1343 (0.5.12): sglang:cached_tokens_total, per finished request
         yield self._family(
             counter, "sglang:cached_tokens", "Number of cached prompt tokens.", stats.cached_tokens
         )
