@@ -482,9 +482,14 @@ class _Job:
         requests in flight + waiting to retry stay within the capacity). Not a task per request,
         nor more workers than slots (they would queue for a slot on every release): both cost
         throughput. The input is read on the loop, a batch at a time as the workers need it (a
-        thread reading it would compete with the loop for the interpreter)."""
+        thread reading it would compete with the loop for the interpreter).
+
+        With prefix affinity, twice as many: a freed slot then has waiting requests to choose from
+        (the one whose prefix its endpoint holds, EndpointPool._wake_for); with exactly one worker per
+        slot nobody ever waits, and every request goes to the one free slot, wherever it is."""
         requests = itertools.chain.from_iterable(batches)
-        for _ in range(self.pool.capacity):
+        workers = self.pool.capacity * (2 if self.pool.affinity is not None else 1)
+        for _ in range(workers):
             task = asyncio.create_task(self._work(requests))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
