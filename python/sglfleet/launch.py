@@ -17,7 +17,7 @@ EnvironmentFile; it is never a word of any command line:
   (``ServerArgs(... api_key='...', ...)``). A log-record factory replaces the key, and any
   ``api_key=``/``admin_api_key=`` value in a ``ServerArgs`` repr, before any handler sees the record.
   A factory, not a handler filter: SGLang replaces the root handlers twice with
-  ``logging.basicConfig(force=True)`` (``server_args.py:7746``, ``utils/common.py:1266``); the record
+  ``logging.basicConfig(force=True)`` (``server_args.py:7750``, ``utils/common.py:1266``); the record
   factory survives that. The spawned children re-import this module as ``__mp_main__`` (the main
   module of the process), which installs the same factory there (by pattern: they never see the key).
 - Stop semantics: on SIGTERM, SGLang 0.5.12 drains and then SIGKILLs itself

@@ -41,7 +41,7 @@ def test_protect_log_survives_a_forced_basic_config(tmp_path):
     handlers, level = root.handlers[:], root.level
     try:
         protect_log([KEY])
-        # what SGLang does twice (server_args.py:7746, utils/common.py:1266): new root handlers
+        # what SGLang does twice (server_args.py:7750, utils/common.py:1266): new root handlers
         logging.basicConfig(filename=tmp_path / "log", force=True, level=logging.INFO)
         logging.getLogger("sglang.srt.entrypoints.engine").info("server_args=ServerArgs(api_key=%r)", KEY)
         logging.getLogger("x").warning("key %s", KEY)
