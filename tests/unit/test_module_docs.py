@@ -33,6 +33,7 @@ VALID_ARGS = {
     "sglang_health": {"count": 1},
     "sglang_instances": {"instances": 1, "check_gpus": False},
     "training_jobs": {},
+    "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
 }
 
 
