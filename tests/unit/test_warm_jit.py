@@ -45,7 +45,8 @@ def test_where_gpus_are_expected_and_none_is_visible_it_fails_naming_why():
     # this machine has no torch in the test venv and no GPU: either is a reason, and both fail
     result = _run("--gpus-expected", "true", "128")
     assert result.returncode == 1, result.stdout
-    assert result.stderr.startswith("failed: this host should have GPUs (sglfleet_gpus_expected=true), but no ")
+    expected = "failed: this host should have GPUs (sglfleet_gpus_expected=true), but no "
+    assert result.stderr.startswith(expected), result.stderr
     assert "skipped" not in result.stdout
 
 
