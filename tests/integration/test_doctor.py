@@ -100,6 +100,6 @@ def test_two_blockers_at_once_are_both_listed_before_it_fails(
     assert table["GPU count"][0] == "BLOCKER", table
     assert table["PVE privileges"][0] == "BLOCKER", table  # devN needs root@pam's password, not a token
     assert table["disk: CUDA toolchain"][0] == "ok", table
-    assert run.status("Fail when the table holds a BLOCKER") == ["failed"], run.explain()
+    assert run.status("Fail when the table holds a BLOCKER") == ["fatal"], run.explain()
     assert run.output.index("device nodes") < run.output.index("BLOCKER row(s) above")
     assert run.total("changed") == 0, run.changed_tasks()

@@ -215,7 +215,7 @@ def test_a_host_that_should_have_gpus_and_has_none_fails_verify_naming_the_cause
     # /dev/nvidia* is passed in.
     verify = target.play(PLAYBOOK, "--tags", "verify", overrides={"sglfleet_gpus_expected": True})
     assert verify.rc != 0, verify.explain()
-    assert verify.status(GPU_CHECK_TASK) == ["failed"], verify.explain()
+    assert verify.status(GPU_CHECK_TASK) == ["fatal"], verify.explain()
     flat = " ".join(verify.output.split())
     for message in (
         "This host should have GPUs (sglfleet_gpus_expected=true) but cannot run a kernel",
