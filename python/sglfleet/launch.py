@@ -17,9 +17,13 @@ EnvironmentFile; it is never a word of any command line:
   (``ServerArgs(... api_key='...', ...)``). A log-record factory replaces the key, and any
   ``api_key=``/``admin_api_key=`` value in a ``ServerArgs`` repr, before any handler sees the record.
   A factory, not a handler filter: SGLang replaces the root handlers twice with
-  ``logging.basicConfig(force=True)`` (``server_args.py:7746``, ``utils/common.py:1266``); the record
+  ``logging.basicConfig(force=True)`` (``server_args.py:7750``, ``utils/common.py:1266``); the record
   factory survives that. The spawned children re-import this module as ``__mp_main__`` (the main
-  module of the process), which installs the same factory there (by pattern: they never see the key).
+  module of the process), which installs the same factory there. They do see the key: the spawn pipe
+  carries the parent's whole ``sys.argv``, ``--api-key KEY`` included (CPython 3.11
+  ``multiprocessing/spawn.py:184`` ``get_preparation_data`` sends ``sys_argv=sys.argv``; ``prepare``
+  sets it, :231-232, before it imports the main module, :243-244), so the factory there redacts that
+  exact key (:func:`keys_in_argv`), not only the ``api_key=`` pattern.
 - Stop semantics: on SIGTERM, SGLang 0.5.12 drains and then SIGKILLs itself
   (``managers/tokenizer_manager.py:2375-2417`` ``sigterm_watchdog`` ends in
   ``kill_process_tree(os.getpid(), include_parent=True)``, ``utils/common.py:1184-1186``
@@ -45,7 +49,7 @@ import sys
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
-__all__ = ["KEY_VARIABLE", "REDACTED", "main", "protect_log", "redact"]
+__all__ = ["KEY_VARIABLE", "REDACTED", "keys_in_argv", "main", "protect_log", "redact"]
 
 KEY_VARIABLE = "SGLANG_FLEET_API_KEY"
 REDACTED = "<redacted>"
@@ -85,6 +89,22 @@ def protect_log(secrets: Sequence[str] = ()) -> None:
 
     factory._sglfleet_redacting = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
+
+
+_KEY_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def keys_in_argv(argv: Sequence[str]) -> list[str]:
+    """The values of --api-key / --admin-api-key (either spelling, `--flag V` or `--flag=V`) in `argv`."""
+    keys = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in _KEY_FLAGS:
+            if eq:
+                keys.append(value)
+            elif i + 1 < len(argv):
+                keys.append(argv[i + 1])
+    return [key for key in keys if key]
 
 
 def _refuse_key_on_command_line(args: Sequence[str]) -> str | None:
@@ -191,5 +211,6 @@ def main(argv: Sequence[str] | None = None, environ: MutableMapping[str, str] | 
 if __name__ == "__main__":
     sys.exit(main())
 elif __name__ == "__mp_main__":
-    # A multiprocessing spawn child of the server (see the module docstring): same log protection.
-    protect_log()
+    # A multiprocessing spawn child of the server (see the module docstring): same log protection, with
+    # the exact key the spawn pipe handed it in sys.argv.
+    protect_log(keys_in_argv(sys.argv))

@@ -351,6 +351,7 @@ class Target:
             "cuda_toolchain_ledger_path": self.path("ledger.json"),
             "cuda_toolchain_modules_python": self.module_python,
             "sglang_install_engine": False,  # the lab's setting: the stand-in, no torch/sglang
+            "sglfleet_gpus_expected": False,  # as inventory/lab declares (LocalTarget has no group_vars)
             "sglang_cuda_home": self.prefix,
             "sglang_venv": self.path("sglang", "venv"),
             "sglang_env_file": self.path("etc", "sglang", "common.env"),

@@ -33,6 +33,8 @@ CHECKS = [
     "cuda_toolchain : Check Triton's launcher build",
     "cuda_toolchain : Check that every component is at the release's pin",
 ]
+GPU_SKIP_TASK = "cuda_toolchain : Say that the GPU check is skipped by decision"
+GPU_CHECK_TASK = "cuda_toolchain : Check the kernel launch on GPU 0"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,10 @@ def converged(target: Target) -> PlaybookRun:
 def assert_verified(run: PlaybookRun) -> None:
     for check in CHECKS:
         assert run.status(check) == ["ok"], (check, run.explain())
+    # the lab declares no GPU (inventory/lab: sglfleet_gpus_expected false): the launch is skipped, saying why
+    assert run.status(GPU_SKIP_TASK) == ["ok"], run.explain()
+    assert "skipped: inventory declares no GPU (sglfleet_gpus_expected=false)" in run.output
+    assert run.status(GPU_CHECK_TASK) in ([], ["skipping"]), run.explain()
 
 
 def test_first_run_installs_assembles_and_verifies(target: Target, converged: PlaybookRun) -> None:
@@ -75,6 +81,12 @@ def test_first_run_installs_assembles_and_verifies(target: Target, converged: Pl
     assert "Library soname: [libcuda.so.1]" in stub
     assert target.sh("test -f /usr/include/python3.11/Python.h").returncode == 0
     assert "flashinfer-jit-link" in phase["evidence"]["checks"]
+    # flashinfer's own SM120 line (compilation_context.py:28-31,98-101): the family target and its defines
+    sm120 = (
+        "-gencode=arch=compute_120f,code=sm_120f "
+        + "-DFLASHINFER_ENABLE_FP8_E8M0 -DFLASHINFER_ENABLE_FP4_E2M1"
+    )
+    assert sm120 in " ".join(converged.output.split()), converged.explain()
 
 
 def test_second_run_changes_nothing(target: Target, converged: PlaybookRun) -> None:
@@ -193,6 +205,34 @@ def test_broken_fix_is_named_by_verify_and_repaired_by_the_next_run(
     assert_verified(repair)
     assert target.sh(fixed).returncode == 0
     assert target.ledger_phase("toolchain")["status"] == "done"
+
+
+def test_a_host_that_should_have_gpus_and_has_none_fails_verify_naming_the_cause(
+    target: Target, converged: PlaybookRun
+) -> None:
+    # The lab CT as a real inventory would see it: the driver userspace of the declared module is installed
+    # (its libcuda.so.1 answers cuInit with CUDA_ERROR_NO_DEVICE, as the real one does without a GPU), no
+    # /dev/nvidia* is passed in.
+    verify = target.play(PLAYBOOK, "--tags", "verify", overrides={"sglfleet_gpus_expected": True})
+    assert verify.rc != 0, verify.explain()
+    assert verify.status(GPU_CHECK_TASK) == ["fatal"], verify.explain()
+    flat = " ".join(verify.output.split())
+    for message in (
+        "This host should have GPUs (sglfleet_gpus_expected=true) but cannot run a kernel",
+        "cuInit returned CUDA_ERROR_NO_DEVICE=100",
+        "no /dev/nvidia* device node",
+        "CUDA_ERROR_NO_DEVICE: the driver sees no GPU",
+        "set sglfleet_gpus_expected: false",
+    ):
+        assert message in flat, (message, verify.explain())
+    assert "skipped: inventory declares no GPU" not in verify.output
+    phase = target.ledger_phase("toolchain")
+    assert phase["status"] == "failed"
+    assert phase["evidence"]["gpu_launch"] == "failed"
+
+    again = target.play(PLAYBOOK, "--tags", "verify,record")
+    assert again.rc == 0, again.explain()
+    assert target.ledger_phase("toolchain")["evidence"]["gpu_launch"] == "skipped: inventory declares no GPU"
 
 
 def test_unknown_release_fails_listing_the_known_ones_before_any_change(target: Target) -> None:

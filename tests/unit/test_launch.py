@@ -19,7 +19,7 @@ import pytest
 from polling import wait_until
 from sglfleet_testing.standin.process import free_port
 
-from sglfleet.launch import KEY_VARIABLE, REDACTED, protect_log, redact
+from sglfleet.launch import KEY_VARIABLE, REDACTED, keys_in_argv, protect_log, redact
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,7 +41,7 @@ def test_protect_log_survives_a_forced_basic_config(tmp_path):
     handlers, level = root.handlers[:], root.level
     try:
         protect_log([KEY])
-        # what SGLang does twice (server_args.py:7746, utils/common.py:1266): new root handlers
+        # what SGLang does twice (server_args.py:7750, utils/common.py:1266): new root handlers
         logging.basicConfig(filename=tmp_path / "log", force=True, level=logging.INFO)
         logging.getLogger("sglang.srt.entrypoints.engine").info("server_args=ServerArgs(api_key=%r)", KEY)
         logging.getLogger("x").warning("key %s", KEY)
@@ -192,9 +192,14 @@ def test_spawned_children_log_redacted_too(tmp_path):
             import logging, os
 
             def child(text):
+                import sys
                 logging.basicConfig(format="[child] %(message)s", force=True, level=logging.INFO)
                 logging.getLogger("sglang.srt.managers.scheduler").info(text)
                 print("child env has key:", "SGLANG_FLEET_API_KEY" in os.environ, flush=True)
+                # the spawn pipe carried the parent's argv, key included: the bare key is redacted too
+                print("child argv has key:", "--api-key" in sys.argv, flush=True)
+                key = sys.argv[sys.argv.index("--api-key") + 1]
+                logging.getLogger("sglang.srt.managers.scheduler").info("bare %s, in a URL x?k=%s&", key, key)
             """
         )
     )
@@ -222,6 +227,8 @@ def test_spawned_children_log_redacted_too(tmp_path):
     output = log.read_text()
     assert f"[child] Global server args updated! ServerArgs(api_key='{REDACTED}')" in output
     assert "child env has key: False" in output
+    assert "child argv has key: True" in output
+    assert f"[child] bare {REDACTED}, in a URL x?k={REDACTED}&" in output
     assert KEY not in output
 
 
@@ -256,3 +263,16 @@ def test_a_hung_server_kills_itself_after_the_watchdog_timeout_and_the_launcher_
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize(
+    ("argv", "keys"),
+    [
+        (["m", "--port", "1", "--api-key", "k1"], ["k1"]),
+        (["m", "--api-key=k1", "--admin-api-key", "k2"], ["k1", "k2"]),
+        (["m", "--api-key"], []),
+        (["m", "--api-keys", "x", "--port", "1"], []),
+    ],
+)
+def test_keys_in_argv_finds_each_spelling(argv, keys):
+    assert keys_in_argv(argv) == keys

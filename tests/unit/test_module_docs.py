@@ -36,6 +36,7 @@ VALID_ARGS = {
     "fleet_drain": {},
     "training_dataset": {"path": "/nonexistent/train.jsonl", "sha256": "0" * 64},
     "training_launch": {"dataset": "/nonexistent/train.jsonl", "command": "true"},
+    "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglfleet.pve._config import ContainerSpec, SpecError, parse_mib, plan_update, split_props
+from sglfleet.pve._config import ContainerSpec, Plan, SpecError, parse_mib, plan_update, split_props
 
 # What PVE shows for a container created from SPEC_ARGS (values in PVE's own spelling).
 CURRENT = {
@@ -188,3 +188,24 @@ def test_sizes_and_property_strings():
     assert parse_mib("memory", "512M") == 512
     assert parse_mib("memory", 8) == 8
     assert split_props("local-lvm:vm-1-disk-0,size=8G") == ("local-lvm:vm-1-disk-0", {"size": "8G"})
+
+
+@pytest.mark.parametrize(
+    ("deleted", "pending"),
+    [
+        # pve-container 6.1.10 Config.pm:1657-1692: the delete loop of vmconfig_hotplug_pending
+        ("memory", True),  # no branch for it: "skip", it stays pending until the next start
+        ("swap", False),  # $hotplug_memory->(undef, 0)
+        ("cpulimit", False),
+        ("cpuunits", False),
+        ("cores", False),  # a fastplug option (Config.pm:1612-1622)
+        ("net1", False),  # m/^net(\d)$/: veth_delete
+        ("net10", True),  # two digits do not match m/^net(\d)$/: "skip"
+        ("unused0", False),
+        ("unused12", False),
+        ("mp0", True),
+        ("dev0", True),
+    ],
+)
+def test_a_running_ct_takes_a_deletion_at_once_exactly_as_pve_container_does(deleted, pending):
+    assert Plan(delete=[deleted]).needs_restart() is pending

@@ -1,4 +1,5 @@
-"""roles/sglang/files/warm_jit.py runs only on GPU hosts: here it must compile, and skip cleanly."""
+"""roles/sglang/files/warm_jit.py: fails on a host that should have GPUs and shows none; skips only when the
+inventory declares no GPU, and says that the skip is that decision."""
 
 from __future__ import annotations
 
@@ -34,13 +35,28 @@ def test_it_warms_the_batch_wrappers_sglangs_flashinfer_backend_uses():
     assert not {"single_prefill_with_kv_cache", "single_decode_with_kv_cache"} & called
 
 
-def test_without_a_gpu_it_skips_and_exits_0():
-    result = _run("128")
+def test_where_the_inventory_declares_no_gpu_it_skips_saying_so():
+    result = _run("--gpus-expected", "false", "128")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("skipped: ")
+    assert result.stdout.strip() == "skipped: inventory declares no GPU (sglfleet_gpus_expected=false)"
+
+
+def test_where_gpus_are_expected_and_none_is_visible_it_fails_naming_why():
+    # this machine has no torch in the test venv and no GPU: either is a reason, and both fail
+    result = _run("--gpus-expected", "true", "128")
+    assert result.returncode == 1, result.stdout
+    expected = "failed: this host should have GPUs (sglfleet_gpus_expected=true), but no "
+    assert result.stderr.startswith(expected), result.stderr
+    assert "skipped" not in result.stdout
+
+
+def test_the_gpu_declaration_is_required():
+    result = _run("128")
+    assert result.returncode == 2
+    assert "--gpus-expected" in result.stderr
 
 
 def test_a_bad_head_dim_exits_2_naming_it():
-    result = _run("128", "big")
+    result = _run("--gpus-expected", "true", "128", "big")
     assert result.returncode == 2
     assert "'big'" in result.stderr

@@ -182,6 +182,10 @@ class PveClient:
     def version(self) -> dict[str, Any]:
         return self._call("read the PVE version", self.api.version.get)
 
+    def permissions(self) -> dict[str, dict[str, Any]]:
+        """GET /access/permissions: {ACL path: {privilege: propagate}} of the logged-in user or token."""
+        return self._call("read the permissions", self.api.access.permissions.get) or {}
+
     def exists(self, vmid: int) -> bool:
         """True if CT vmid is on this node (a VM or a container elsewhere with that id is an error)."""
         guests = self._call("list the cluster's guests", lambda: self.api.cluster.resources.get(type="vm"))

@@ -47,26 +47,16 @@ _MP_KEY = re.compile(r"^mp\d+$")
 _MP_OPTIONS = {"mp", "ro", "backup", "acl", "quota", "replicate", "shared", "mountoptions", "size"}
 # What PVE assumes for a key missing from the config.
 _DEFAULTS = {"onboot": "0", "memory": "512", "swap": "512", "unprivileged": "0"}
+# pve-container 6.1.10 src/PVE/LXC/Config.pm:1612-1622, $LXC_FASTPLUG_OPTIONS (lock aside).
+_FASTPLUG = {"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores", "tags"}
 # Keys PVE applies to a running container at once (pve-container: the fastplug options, the
-# cgroup limits, network hotplug). Anything else waits in `pending` until the next start.
-_HOT_KEYS = {
-    "description",
-    "onboot",
-    "startup",
-    "protection",
-    "hostname",
-    "hookscript",
-    "cores",
-    "tags",
-    "cpulimit",
-    "cpuunits",
-    "memory",
-    "swap",
-}
-# Deletions a running container takes at once (pve-container src/PVE/LXC/Config.pm
-# vmconfig_hotplug_pending: the fastplug options, swap, cpulimit, cpuunits, netN and unusedN).
-_HOT_DELETES = _HOT_KEYS | {"cpulimit", "cpuunits"}
-_HOT_DELETE_KEY = re.compile(r"^(net|unused)\d+$")
+# cgroup limits, network hotplug; Config.pm:1702-1720). Anything else waits in `pending` until the next start.
+_HOT_KEYS = _FASTPLUG | {"cpulimit", "cpuunits", "memory", "swap"}
+# Deletions a running container takes at once (Config.pm:1657-1692, vmconfig_hotplug_pending's delete loop):
+# the fastplug options, swap, cpulimit, cpuunits, unusedN and netN for a single-digit N (`m/^net(\d)$/`).
+# Deleting `memory` is not among them: it dies "skip" there and stays pending until the next start.
+_HOT_DELETES = _FASTPLUG | {"swap", "cpulimit", "cpuunits"}
+_HOT_DELETE_KEY = re.compile(r"^(net\d|unused\d+)$")
 # Keys hot-plugged into a running container only when they are new: vmconfig_hotplug_pending adds
 # an mpN or devN that the config lacks ("don't try to hotplug over existing mp/dev" otherwise).
 _HOTPLUG_NEW_KEY = re.compile(r"^(mp|dev)\d+$")

@@ -14,12 +14,20 @@ Runs, for each head dim given on the command line, on GPU 0, the same flashinfer
 
 bfloat16 queries and KV cache (the model dtype of the reference models), int32 indices. Eight
 instances starting together then find the kernels in FLASHINFER_WORKSPACE_BASE instead of compiling
-the same ones eight times. Prints "built N" (new files in the cache), "cached", or "skipped: WHY"
-(no torch/flashinfer, or no GPU) and exits 0 in all three cases.
+the same ones eight times.
+
+    warm_jit.py --gpus-expected true|false HEAD_DIM...
+
+With --gpus-expected true (a real inventory, sglfleet_gpus_expected) it prints "built N" (new files in
+the cache) or "cached" and exits 0, or exits 1 naming why it could not run (no torch, no flashinfer, no
+CUDA device visible and what the host shows: /dev/nvidia*, CUDA_VISIBLE_DEVICES). With false (a lab
+that declares no GPU) it prints "skipped: inventory declares no GPU (sglfleet_gpus_expected=false)"
+and exits 0 without importing anything. Bad arguments exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import pathlib
 import sys
@@ -44,7 +52,12 @@ def _gpu_modules() -> tuple[Any, Any] | str:
     except ImportError as error:
         return f"no torch ({error})"
     if not torch.cuda.is_available():
-        return "no CUDA device visible"
+        nodes = sorted(p.name for p in pathlib.Path("/dev").glob("nvidia*"))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+        return (
+            f"no CUDA device visible (torch {torch.__version__}, CUDA_VISIBLE_DEVICES={visible}, "
+            f"/dev: {', '.join(nodes) or 'no nvidia* node'})"
+        )
     try:
         import flashinfer
     except ImportError as error:
@@ -92,11 +105,20 @@ def warm(torch: Any, flashinfer: Any, head_dim: int) -> None:
         decode.run(torch.randn(BATCH, NUM_QO_HEADS, head_dim, dtype=bf16, device=dev), (k_cache, v_cache))
 
 
-def main(head_dims: list[int]) -> int:
+SKIPPED = "skipped: inventory declares no GPU (sglfleet_gpus_expected=false)"
+
+
+def main(head_dims: list[int], gpus_expected: bool) -> int:
+    if not gpus_expected:
+        print(SKIPPED)
+        return 0
     modules = _gpu_modules()
     if isinstance(modules, str):
-        print(f"skipped: {modules}")
-        return 0
+        print(
+            f"failed: this host should have GPUs (sglfleet_gpus_expected=true), but {modules}",
+            file=sys.stderr,
+        )
+        return 1
     torch, flashinfer = modules
     base = pathlib.Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home()))
     before = cache_files(base)
@@ -108,10 +130,13 @@ def main(head_dims: list[int]) -> int:
     return 0
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="warm_jit.py")
+    parser.add_argument("--gpus-expected", required=True, choices=["true", "false"])
+    parser.add_argument("head_dims", nargs="+", type=int, metavar="HEAD_DIM")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    try:
-        dims = [int(arg) for arg in sys.argv[1:]]
-    except ValueError:
-        print(f"usage: warm_jit.py HEAD_DIM... (integers), got {sys.argv[1:]}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(main(dims))
+    args = _parse(sys.argv[1:])
+    sys.exit(main(args.head_dims, args.gpus_expected == "true"))

@@ -30,7 +30,7 @@ from sglfleet_testing.standin.app import StandinApp
 from sglfleet_testing.standin.config import StandinConfig
 
 log = logging.getLogger("sglfleet_testing.standin")
-# SGLang's log line shape (sglang/srt/server_args.py:7746-7751 and utils/common.py:1264-1271).
+# SGLang's log line shape (sglang/srt/server_args.py:7750-7755 and utils/common.py:1264-1271).
 LOG_FORMAT = "[%(asctime)s] %(message)s"
 LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 # What uvicorn gives in-flight requests after SIGINT; the stand-in's bound.

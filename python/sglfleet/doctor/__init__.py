@@ -1,0 +1,48 @@
+"""First contact, read-only: every blocker on the PVE nodes and the fleet's containers, in one table.
+
+- `_probe`: what a host shows (standard library only; playbooks/doctor.yml runs it on each host with
+  that host's python3: /proc/devices, /dev/nvidia*, the driver version, kmod, free disk, listening
+  ports, the model's config.json). It changes nothing.
+- `checks`: `check_host(host, HostExpect, probe)`: the rows of one host, every check run whatever the
+  others found.
+- `pve`: `check_pve(host, Credentials, ProvisionNeeds)`: can the inventory's PVE credentials provision the CT
+  (GET /access/permissions).
+- `report`: `Row`, `Status`, `render(rows)` (the table a user pastes when asking for help), `blockers`.
+"""
+
+from typing import TYPE_CHECKING
+
+from sglfleet._lazy import exports
+
+if TYPE_CHECKING:
+    from sglfleet.doctor._checks import DiskNeed, HostExpect, ModelSource, check_host
+    from sglfleet.doctor._pve import ProvisionNeeds, check_pve
+    from sglfleet.doctor._report import Row, Status, blockers, render
+
+_EXPORTS = {
+    "DiskNeed": "_checks",
+    "HostExpect": "_checks",
+    "ModelSource": "_checks",
+    "check_host": "_checks",
+    "ProvisionNeeds": "_pve",
+    "check_pve": "_pve",
+    "Row": "_report",
+    "Status": "_report",
+    "blockers": "_report",
+    "render": "_report",
+}
+
+__all__ = [
+    "DiskNeed",
+    "HostExpect",
+    "ModelSource",
+    "ProvisionNeeds",
+    "Row",
+    "Status",
+    "blockers",
+    "check_host",
+    "check_pve",
+    "render",
+]
+
+__getattr__ = exports(__name__, _EXPORTS)
