@@ -15,8 +15,11 @@ The lab has no GPU and no nvidia module, so it builds both halves itself:
   - `/usr/bin/nvidia-smi`: answers the queries the project uses (`--query-gpu=...`,
     `--query-compute-apps=...`, `--version`) and, like the real one, fails with "Driver/library version
     mismatch" (exit 18) when the module version differs from its own, and exit 9 without a module.
-  The installer refuses to run without `--no-kernel-module` (it cannot build a kernel module in a
-  container, as the real one cannot) and without `--silent` (no interactive UI here).
+  The installer refuses to run without modprobe, rmmod, lsmod and depmod (kmod) on $PATH or in
+  /bin:/usr/bin:/sbin:/usr/sbin, with the real one's message (nvidia-installer 590.48.01 looks for them
+  even with --no-kernel-module: nvidia-installer.c:705-706, misc.c:534-537, 600-623, 853-880), without
+  `--no-kernel-module` (it cannot build a kernel module in a container, as the real one cannot) and
+  without `--silent` (no interactive UI here).
 - `declare_module(settings, version)`: writes `<state>/proc-driver/nvidia/version` in the real
   driver's format; the lab's containers bind-mount `<state>/proc-driver` over their /proc/driver
   (container.py), so the CT reads the declared module version where a real CT reads the host's.
@@ -208,6 +211,21 @@ for arg in "$@"; do
   esac
 done
 log=/var/log/nvidia-installer.log
+# nvidia-installer looks for the module utilities before anything else, --no-kernel-module or not
+# (NVIDIA/nvidia-installer 590.48.01: nvidia-installer.c:705-706; find_module_utils, misc.c:600-623, over
+# $PATH then EXTRA_PATH, misc.c:500 and 853-880, a regular executable file; the list, misc.c:534-537).
+for util in modprobe rmmod lsmod depmod; do
+  found=""
+  for dir in $(echo "${PATH:-}:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11" | tr ':' ' '); do
+    if [ -f "$dir/$util" ] && [ -x "$dir/$util" ]; then found="$dir/$util"; break; fi
+  done
+  if [ -z "$found" ]; then
+    echo "ERROR: Unable to find the module utility \`$util\`; please make sure you have the package" \
+      "'module-init-tools' or 'kmod' installed.  If you do have 'module-init-tools' or 'kmod' installed," \
+      "then please check that \`$util\` is in your PATH." >&2
+    exit 1
+  fi
+done
 if [ "$silent" != 1 ]; then
   echo "ERROR: this stand-in has no interactive interface: run it with --silent" >&2; exit 1
 fi
