@@ -301,9 +301,12 @@ def _compile(source: str, soname: str, out: Path) -> None:
 
 
 def build_installer(settings: LabSettings, version: str = DEFAULT_MODULE_VERSION) -> Installer:
-    """Build (or reuse) the stand-in NVIDIA-Linux-x86_64-<version>.run under the lab's state dir."""
+    """Build (or reuse) the stand-in NVIDIA-Linux-x86_64-<version>.run under the lab's state dir; one
+    built by an older stand-in is built again."""
     path = installer_path(settings, version)
-    if not path.is_file():
+    script = INSTALLER.replace("@VERSION@", version)
+    # missing, or built by an older stand-in
+    if not path.is_file() or not path.read_bytes().startswith(script.encode()):
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         cuda = str(_cuda_version(version))
         with tempfile.TemporaryDirectory() as tmp:
@@ -321,7 +324,7 @@ def build_installer(settings: LabSettings, version: str = DEFAULT_MODULE_VERSION
                     tar.add(work / name, arcname=name)
         payload = base64.encodebytes(buf.getvalue()).decode()
         tmp_path = path.with_suffix(".tmp")
-        tmp_path.write_text(INSTALLER.replace("@VERSION@", version) + payload)
+        tmp_path.write_text(script + payload)
         tmp_path.chmod(0o755)
         tmp_path.replace(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
