@@ -85,6 +85,15 @@ GPU_NODES = [f"/dev/nvidia{i}" for i in range(8)]
 ALL_NODES = [*GPU_NODES, "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
 
 
+def reboot() -> None:
+    """A boot of the stand-in node, returning once its sshd answers."""
+    reboot_node(SETTINGS, LxcHost(SETTINGS))
+    deadline = time.monotonic() + 60
+    while on_node("true").returncode != 0:
+        assert time.monotonic() < deadline, "the node's sshd did not come back after a reboot"
+        time.sleep(0.5)
+
+
 def node_numbers() -> dict[str, str]:
     """The node's NVIDIA character devices, path => "major:minor" (stat, following links)."""
     done = on_node("stat -L --format='%n %Hr:%Lr %F' /dev/nvidia* 2>/dev/null; true")
@@ -138,7 +147,7 @@ def test_the_old_per_gpu_uvm_loop_makes_no_gpu_node_and_the_role_repairs_it(sess
     a freshly booted node: only the UVM nodes, at base minor 7, and no /dev/nvidiaN, no /dev/nvidiactl."""
     on_node("systemctl disable sglfleet-nvidia-devices.service nvidia-persistenced.service")
     try:
-        reboot_node(SETTINGS, LxcHost(SETTINGS))
+        reboot()
         old = on_node("for i in 0 1 2 3 4 5 6 7; do nvidia-modprobe -u -c$i || exit 1; done")
         assert old.returncode == 0, old.stderr
         assert node_numbers() == {"/dev/nvidia-uvm": "511:7", "/dev/nvidia-uvm-tools": "511:8"}
@@ -183,7 +192,7 @@ def test_host_phase_refuses_a_gpu_count_that_differs(session_ansible: Ansible) -
 def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, "570.172.08")
     try:
-        reboot_node(SETTINGS, LxcHost(SETTINGS))
+        reboot()
         run = session_ansible.playbook("playbooks/host.yml")
         assert run.rc != 0
         expected = "the NVIDIA kernel module is 570.172.08, driver branch 570; CUDA 13 needs branch 580"
@@ -196,7 +205,7 @@ def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) ->
 def test_host_phase_names_a_missing_driver(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, None)
     try:
-        reboot_node(SETTINGS, LxcHost(SETTINGS))
+        reboot()
         run = session_ansible.playbook("playbooks/host.yml")
         assert run.rc != 0
         # the real kmod's own words
