@@ -37,19 +37,22 @@ What nvidia-modprobe reads and writes (610.43.03, modprobe-utils/), and what sta
 - /proc/devices, "Character devices:" section, a line ending in "nvidia-uvm" (nvidia_get_chardev_major,
   :657-724): <state>/node/proc-devices, bind-mounted read-write over /proc/devices: this machine's list at
   each boot, to which `load` adds "195 nvidia-frontend" (nv-frontend.c registers
-  NV_MAJOR_DEVICE_NUMBER 195 under that name), "236 nvidia-caps" and "511 nvidia-uvm" (a dynamic major,
-  deliberately not 510, so code that hardcodes one shows).
+  NV_MAJOR_DEVICE_NUMBER 195 under that name), "236 nvidia-caps" (dynamic; a name with "nvidia" in it
+  that is not UVM's) and "511 nvidia-uvm" (dynamic, deliberately not 510, so code that hardcodes one shows).
 - /proc/driver/nvidia/params, DeviceFileUID/GID/Mode and ModifyDeviceFiles (init_device_file_parameters,
   :367-414): written by `load` with the module's defaults (0, 0, 0666, 1); /proc/driver/nvidia/version in
   the real module's format. <state>/node/proc-driver is bind-mounted read-write over /proc/driver.
 - mknod(2) in /dev (mknod_helper, :549-636) and a /dev/char/<major>:<minor> link (symlink_char_dev,
   :478-541; a failure there fails nvidia-modprobe). The node's /dev is LXC's autodev tmpfs, where LXC's
   common.conf allows mknod of any character device ("c *:* m"); /dev/char, which udev makes on a real
-  host (systemd src/udev/udev-node.c, the /dev/char/MAJ:MIN links), is a tmpfs the node's config mounts.
+  host (its /dev/char/MAJ:MIN links), is a tmpfs the node's config mounts.
 
 The stand-in kernel's `load` (/usr/local/lib/sglfleet-standin/load, run by the real modprobe) refuses
-`nvidia` without an NVIDIA GPU on the bus (nvidia.ko's init fails with ENODEV, "NVRM: No NVIDIA devices
-probed", kernel-open/nvidia/nv.c) and `nvidia_uvm` without `nvidia` (its symbols come from nvidia.ko).
+`nvidia` when no NVIDIA GPU is on the bus (the module's init finds no device: ENODEV, which modprobe
+reports as "could not insert 'nvidia': No such device") and `nvidia_uvm` without `nvidia` (its symbols
+come from nvidia.ko: "Unknown symbol in module"); the errors are worded as kmod's modprobe words them
+("modprobe: ERROR: could not insert '%s': %s"). These two refusals are the lab's reading, not a quoted
+driver line.
 
 nvidia-persistenced: Debian's package needs the driver's libnvidia-cfg.so.1 and a driver behind
 /dev/nvidiactl, so the node has a cited stand-in (NVIDIA/nvidia-persistenced 595.71.05
@@ -154,7 +157,6 @@ if name == "nvidia":
         if config[0:2] == b"\xde\x10" and config[11] == 0x03:
             gpus += 1
     if not gpus:
-        print("NVRM: No NVIDIA devices probed.", file=sys.stderr)
         print("modprobe: ERROR: could not insert 'nvidia': No such device", file=sys.stderr)
         sys.exit(1)
     os.makedirs(f"{root}/proc/driver/nvidia", exist_ok=True)
@@ -166,7 +168,6 @@ if name == "nvidia":
     live("nvidia")
 elif name == "nvidia_uvm":
     if not loaded("nvidia"):
-        print("nvidia_uvm: Unknown symbol nvUvmInterfaceRegisterGpu (err -2)", file=sys.stderr)
         print("modprobe: ERROR: could not insert 'nvidia_uvm': Unknown symbol in module", file=sys.stderr)
         sys.exit(1)
     add_majors((@UVM_MAJOR@, "nvidia-uvm"))
