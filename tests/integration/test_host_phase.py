@@ -23,7 +23,7 @@ from sglfleet_testing.lab.driver import (
     module_changing,
 )
 from sglfleet_testing.lab.hfhub import HUB_TOKEN
-from sglfleet_testing.lab.node import declare_node_driver, reboot_node
+from sglfleet_testing.lab.node import declare_node_driver, declare_node_gpus, reboot_node
 from sglfleet_testing.lab.settings import LabSettings
 
 pytestmark = [pytest.mark.timeout(1800)]
@@ -78,30 +78,121 @@ def ct_sees_the_module(session_ct: Container, own_ct: OwnCt) -> Container:
 
 
 # ------------------------------------------------------------------ phase host
+# The node runs Debian's real kmod and nvidia-modprobe against a stand-in kernel (8 GPUs on its PCI bus,
+# nvidia 195 and nvidia-uvm 511 in /proc/devices once loaded): node.py.
+
+GPU_NODES = [f"/dev/nvidia{i}" for i in range(8)]
+ALL_NODES = [*GPU_NODES, "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+
+
+def reboot() -> None:
+    """A boot of the stand-in node, returning once its sshd answers."""
+    reboot_node(SETTINGS, LxcHost(SETTINGS))
+    deadline = time.monotonic() + 60
+    while on_node("true").returncode != 0:
+        assert time.monotonic() < deadline, "the node's sshd did not come back after a reboot"
+        time.sleep(0.5)
+
+
+def node_numbers() -> dict[str, str]:
+    """The node's NVIDIA character devices, path => "major:minor" (stat, following links)."""
+    done = on_node("stat -L --format='%n %Hr:%Lr %F' /dev/nvidia* 2>/dev/null; true")
+    return {
+        line.split()[0]: line.split()[1]
+        for line in done.stdout.splitlines()
+        if line.endswith("character special file")
+    }
+
+
+def majors() -> dict[str, int]:
+    """The majors the node's (stand-in) kernel lists in /proc/devices, by name."""
+    chars = on_node("cat /proc/devices").stdout.split("\n\n")[0]
+    return {line.split()[1]: int(line.split()[0]) for line in chars.splitlines()[1:] if line.strip()}
+
+
+def the_ten_nodes() -> dict[str, str]:
+    found = majors()
+    nvidia, uvm = found["nvidia-frontend"], found["nvidia-uvm"]
+    assert (nvidia, uvm) == (195, 511)  # the stand-in kernel's: uvm deliberately not 510
+    want = {path: f"{nvidia}:{i}" for i, path in enumerate(GPU_NODES)}
+    want |= {
+        "/dev/nvidiactl": f"{nvidia}:255",
+        "/dev/nvidia-uvm": f"{uvm}:0",
+        "/dev/nvidia-uvm-tools": f"{uvm}:1",
+    }
+    return want
 
 
 def test_host_phase_loads_makes_nodes_and_survives_a_reboot(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, DEFAULT_MODULE_VERSION)
     first = session_ansible.playbook("playbooks/host.yml")
     assert first.rc == 0, first.explain()
+    assert node_numbers() == the_ten_nodes()
     assert recap(session_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
     assert recap(session_ansible.playbook("playbooks/host.yml", "--check"), NODE)["changed"] == 0
-    nodes = on_node("ls /dev/nvidia0 /dev/nvidia7 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools")
-    assert nodes.returncode == 0, nodes.stderr
-    # a boot: nothing loaded, /dev fresh; the unit ordered before pve-guests.service makes the nodes
+    # a boot: nothing loaded, /dev fresh; the unit ordered before pve-guests.service makes the nodes by the
+    # real nvidia-modprobe, and nvidia-persistenced starts after it
     reboot_node(SETTINGS, LxcHost(SETTINGS))
     deadline = time.monotonic() + 60
     while on_node("systemctl is-active sglfleet-nvidia-devices.service").stdout.strip() != "active":
         assert time.monotonic() < deadline, "the device unit did not run at boot"
         time.sleep(0.5)
-    assert on_node("test -c /dev/nvidia-uvm && test -c /dev/nvidia-uvm-tools").returncode == 0
+    assert node_numbers() == the_ten_nodes()
+    assert on_node("systemctl is-active nvidia-persistenced.service").stdout.strip() == "active"
     assert recap(session_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
+
+
+def test_the_old_per_gpu_uvm_loop_makes_no_gpu_node_and_the_role_repairs_it(session_ansible: Ansible) -> None:
+    """What the role's unit ran before (`nvidia-modprobe -u -cN` per GPU), run by the real nvidia-modprobe on
+    a freshly booted node: only the UVM nodes, at base minor 7, and no /dev/nvidiaN, no /dev/nvidiactl."""
+    on_node("systemctl disable sglfleet-nvidia-devices.service nvidia-persistenced.service")
+    try:
+        reboot()
+        old = on_node("for i in 0 1 2 3 4 5 6 7; do nvidia-modprobe -u -c$i || exit 1; done")
+        assert old.returncode == 0, old.stderr
+        assert node_numbers() == {"/dev/nvidia-uvm": "511:7", "/dev/nvidia-uvm-tools": "511:8"}
+        # verify names each wrong node with what it found, and the command that makes it right
+        check = session_ansible.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
+        assert check.rc != 0
+        text = flat(check)
+        assert "/dev/nvidia0 195:0 (found no character device)" in text, check.explain()
+        assert "/dev/nvidia-uvm 511:0 (found 511:7)" in text
+        assert "nvidia-modprobe -u -c 0" in text
+        assert recap(session_ansible.playbook("playbooks/host.yml", "--check"), NODE)["changed"] > 0
+        run = session_ansible.playbook("playbooks/host.yml")
+        assert run.rc == 0, run.explain()
+        assert node_numbers() == the_ten_nodes()
+    finally:
+        on_node("systemctl enable sglfleet-nvidia-devices.service nvidia-persistenced.service")
+
+
+def test_verify_checks_each_node_against_proc_devices(session_ansible: Ansible) -> None:
+    assert session_ansible.playbook("playbooks/host.yml").rc == 0
+    # a UVM node of another major (510 hardcoded, as some guides do) is a character device, but not one the
+    # module serves
+    on_node("rm -f /dev/nvidia-uvm && mknod -m 666 /dev/nvidia-uvm c 510 0")
+    run = session_ansible.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
+    assert run.rc != 0
+    assert "/dev/nvidia-uvm 511:0 (found 510:0)" in flat(run), run.explain()
+    assert session_ansible.playbook("playbooks/host.yml").rc == 0
+    assert node_numbers() == the_ten_nodes()
+
+
+def test_host_phase_refuses_a_gpu_count_that_differs(session_ansible: Ansible) -> None:
+    declare_node_gpus(SETTINGS, 6)
+    try:
+        run = session_ansible.playbook("playbooks/host.yml")
+        assert run.rc != 0
+        assert "kpro6 has 6 NVIDIA GPU(s) among its PCI functions" in flat(run), run.explain()
+        assert "but pve_host_gpu_count is 8" in flat(run)
+    finally:
+        declare_node_gpus(SETTINGS, 8)
 
 
 def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, "570.172.08")
     try:
-        reboot_node(SETTINGS, LxcHost(SETTINGS))
+        reboot()
         run = session_ansible.playbook("playbooks/host.yml")
         assert run.rc != 0
         expected = "the NVIDIA kernel module is 570.172.08, driver branch 570; CUDA 13 needs branch 580"
@@ -114,10 +205,11 @@ def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) ->
 def test_host_phase_names_a_missing_driver(session_ansible: Ansible) -> None:
     declare_node_driver(SETTINGS, None)
     try:
-        reboot_node(SETTINGS, LxcHost(SETTINGS))
+        reboot()
         run = session_ansible.playbook("playbooks/host.yml")
         assert run.rc != 0
-        assert "Module nvidia not found" in flat(run)
+        # the real kmod's own words
+        assert "modprobe: FATAL: Module nvidia not found in directory /lib/modules/" in flat(run)
     finally:
         declare_node_driver(SETTINGS, DEFAULT_MODULE_VERSION)
         reboot_node(SETTINGS, LxcHost(SETTINGS))

@@ -322,22 +322,67 @@ def test_stand_in_driver_libraries_answer_like_a_driver_without_a_gpu(tmp_path):
     assert build_installer(settings, "580.95.05").sha256 == installer.sha256
 
 
+MODULE_UTILS = ("modprobe", "rmmod", "lsmod", "depmod")
+# nvidia-installer's search path after $PATH (misc.c:500, EXTRA_PATH)
+EXTRA_PATH = ("/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/X11R6/bin", "/usr/bin/X11")
+
+
+def _kmod_dir(tmp_path: Path, utils=MODULE_UTILS) -> Path:
+    """A directory with executables of kmod's names (what the installer looks for, not what it runs)."""
+    bin_dir = tmp_path / "kmod-bin"
+    bin_dir.mkdir(exist_ok=True)
+    for util in utils:
+        (bin_dir / util).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / util).chmod(0o755)
+    return bin_dir
+
+
 def test_stand_in_installer_refuses_what_the_real_one_cannot_do(tmp_path):
     import subprocess
 
     from sglfleet_testing.lab.driver import build_installer
 
     installer = build_installer(LabSettings(state_dir=tmp_path / "state"), "580.95.05").path
-    run = subprocess.run(["sh", str(installer), "--silent"], capture_output=True, text=True, check=False)
-    assert run.returncode == 1 and "Unable to find the kernel source tree" in run.stderr
-    run = subprocess.run(
-        ["sh", str(installer), "--no-kernel-module"], capture_output=True, text=True, check=False
-    )
-    assert run.returncode == 1 and "--silent" in run.stderr
-    run = subprocess.run(["sh", str(installer), "--version"], capture_output=True, text=True, check=False)
-    assert run.stdout.strip() == "nvidia-installer:  version 580.95.05"
-    run = subprocess.run(["sh", str(installer), "--frobnicate"], capture_output=True, text=True, check=False)
-    assert run.returncode == 1 and "Unrecognized option" in run.stderr
+    env = {**os.environ, "PATH": f"{_kmod_dir(tmp_path)}:{os.environ['PATH']}"}
+
+    def run(*args):
+        return subprocess.run(
+            ["sh", str(installer), *args], capture_output=True, text=True, check=False, env=env
+        )
+
+    done = run("--silent")
+    assert done.returncode == 1 and "Unable to find the kernel source tree" in done.stderr
+    done = run("--no-kernel-module")
+    assert done.returncode == 1 and "--silent" in done.stderr
+    assert run("--version").stdout.strip() == "nvidia-installer:  version 580.95.05"
+    done = run("--frobnicate")
+    assert done.returncode == 1 and "Unrecognized option" in done.stderr
+
+
+def test_stand_in_installer_needs_kmod_as_the_real_one_does(tmp_path):
+    """nvidia-installer 590.48.01 looks for modprobe, rmmod, lsmod and depmod first, even with
+    --no-kernel-module (nvidia-installer.c:705-706, misc.c:600-623), on $PATH then EXTRA_PATH."""
+    import subprocess
+
+    from sglfleet_testing.lab.driver import build_installer
+
+    here = [util for util in MODULE_UTILS if any(Path(d, util).is_file() for d in EXTRA_PATH)]
+    if here:
+        pytest.skip(f"this machine has {', '.join(here)} in the installer's fixed search path")
+    installer = build_installer(LabSettings(state_dir=tmp_path / "state"), "580.95.05").path
+    args = ["sh", str(installer), "--no-kernel-module", "--silent"]
+    for missing in MODULE_UTILS:
+        present = [util for util in MODULE_UTILS if util != missing]
+        (tmp_path / missing).mkdir()
+        env = {**os.environ, "PATH": f"{_kmod_dir(tmp_path / missing, present)}:/usr/bin:/bin"}
+        done = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+        assert done.returncode == 1
+        assert (
+            f"ERROR: Unable to find the module utility `{missing}`; please make sure you have the package "
+            "'module-init-tools' or 'kmod' installed.  If you do have 'module-init-tools' or 'kmod' "
+            f"installed, then please check that `{missing}` is in your PATH."
+        ) in done.stderr, done.stderr
+    assert not list(tmp_path.glob("**/libcuda.so*"))  # nothing was installed
 
 
 def test_declared_module_version_reads_back_in_the_real_format(tmp_path):
@@ -363,18 +408,108 @@ def test_lab_containers_see_the_declared_proc_driver(tmp_path):
     assert f"lxc.mount.entry = {settings.state_dir / 'proc-driver'} proc/driver none ro,bind 0 0" in text
 
 
-def test_the_stand_in_node_gets_its_own_read_write_proc_driver(tmp_path):
+def test_the_stand_in_node_gets_its_own_kernel_files(tmp_path):
     from sglfleet_testing.lab.container import NODE_VMID
-    from sglfleet_testing.lab.node import MODPROBE, NVIDIA_MODPROBE
 
     settings = LabSettings(state_dir=tmp_path / "state")
     (settings.state_dir / "proc-driver").mkdir(parents=True)
     host = LxcHost(settings, access=HostAccess(files=(), binds=(), environment=()))
     text = host.config_text(NODE_VMID, Shape(hostname="kpro6"))
-    node_driver = settings.state_dir / "node" / "proc-driver"
-    assert f"lxc.mount.entry = {node_driver} proc/driver none bind 0 0" in text
+    node = settings.state_dir / "node"
+    assert f"lxc.mount.entry = {node / 'proc-driver'} proc/driver none bind 0 0" in text
+    assert f"lxc.mount.entry = {node / 'proc-devices'} proc/devices none bind 0 0" in text
+    assert f"lxc.mount.entry = {node / 'sys-module'} sys/module none bind 0 0" in text
+    assert f"lxc.mount.entry = {node / 'pci-devices'} sys/bus/pci/devices none ro,bind 0 0" in text
+    assert "lxc.mount.entry = tmpfs dev/char tmpfs" in text  # nvidia-modprobe links /dev/char/MAJ:MIN
     assert f"{settings.state_dir / 'proc-driver'} proc/driver none ro,bind" not in text  # not the CTs' view
     assert settings.ssh_port(NODE_VMID) == 2022
-    # the stand-ins do what the node's real tools do, on the lab's files only
-    assert "Module $arg not found in directory /lib/modules" in MODPROBE
-    assert "mknod" in NVIDIA_MODPROBE and "195" in NVIDIA_MODPROBE and "510" in NVIDIA_MODPROBE
+
+
+def _pci_matches(pci: Path) -> list[str]:
+    """nvidia-modprobe's match over config space (pci-sysfs.c find_matches; modprobe_helper's id_match):
+    vendor 0x10DE at bytes 0-1, (class & 0xff00) == 0x0300 from bytes 10-11."""
+    found = []
+    for fn in sorted(pci.iterdir()):
+        config = (fn / "config").read_bytes()[:48]
+        vendor = config[0] | config[1] << 8
+        device_class = config[10] | config[11] << 8
+        if len(config) == 48 and vendor == 0x10DE and device_class & 0xFF00 == 0x0300:
+            found.append(fn.name)
+    return found
+
+
+def test_the_stand_in_pci_bus_has_the_gpus_as_nvidia_modprobe_reads_them(tmp_path):
+    from sglfleet_testing.lab.node import declare_node_gpus
+
+    settings = LabSettings(state_dir=tmp_path / "state")
+    declare_node_gpus(settings)
+    pci = settings.state_dir / "node" / "pci-devices"
+    assert len(_pci_matches(pci)) == 8 and len(list(pci.iterdir())) == 9  # and a host bridge
+    assert {(pci / fn / "vendor").read_text() for fn in _pci_matches(pci)} == {"0x10de\n"}
+    assert {(pci / fn / "class").read_text() for fn in _pci_matches(pci)} == {"0x030200\n"}
+    declare_node_gpus(settings, 6)
+    assert len(_pci_matches(pci)) == 6
+
+
+def _standin_kernel(tmp_path: Path, gpus: int = 8, driver: str | None = "580.95.05"):
+    import subprocess
+
+    from sglfleet_testing.lab.node import LOAD, declare_node_gpus, loader_text
+
+    assert "@MODULE_LINE@" in LOAD and "@" not in loader_text().replace("sglfleet-lab@stand-in", "")
+    root = tmp_path / "root"
+    for sub in ("sys/module", "proc/driver", "etc/sglfleet-standin", "sys/bus/pci"):
+        (root / sub).mkdir(parents=True)
+    (root / "proc/devices").write_text("Character devices:\n  1 mem\n254 ndctl\n\nBlock devices:\n  7 loop\n")
+    if driver:
+        (root / "etc/sglfleet-standin/driver").write_text(driver + "\n")
+    settings = LabSettings(state_dir=tmp_path / "state")
+    declare_node_gpus(settings, gpus)
+    (root / "sys/bus/pci/devices").symlink_to(settings.state_dir / "node" / "pci-devices")
+    script = tmp_path / "load"
+    script.write_text(loader_text())
+
+    def load(module):
+        env = {"PATH": "/usr/bin:/bin", "SGLFLEET_STANDIN_ROOT": str(root)}
+        argv = ["python3", str(script), module]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+
+    return root, load
+
+
+def test_the_stand_in_kernel_loads_as_the_nvidia_modules_register(tmp_path):
+    root, load = _standin_kernel(tmp_path)
+    done = load("nvidia-uvm")  # before nvidia: its symbols are missing, as insmod says
+    assert done.returncode == 1 and "Unknown symbol in module" in done.stderr
+    assert load("nvidia").returncode == 0
+    assert (root / "sys/module/nvidia/initstate").read_text() == "live\n"
+    assert "Open Kernel Module for x86_64  580.95.05  " in (root / "proc/driver/nvidia/version").read_text()
+    assert "ModifyDeviceFiles: 1\n" in (root / "proc/driver/nvidia/params").read_text()
+    assert load("nvidia_uvm").returncode == 0 and load("nvidia_uvm").returncode == 0  # loaded: a no-op
+    assert (root / "proc/devices").read_text() == (
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n254 ndctl\n511 nvidia-uvm\n"
+        "\nBlock devices:\n  7 loop\n"
+    )
+
+
+def test_the_stand_in_kernel_refuses_nvidia_without_a_gpu(tmp_path):
+    root, load = _standin_kernel(tmp_path, gpus=0)
+    done = load("nvidia")
+    assert done.returncode == 1 and "could not insert 'nvidia': No such device" in done.stderr
+    assert not (root / "sys/module/nvidia").exists()
+
+
+def test_the_node_runs_debians_packages_pinned():
+    from sglfleet_testing.lab.node import MODPROBE_INSTALL, NODE_PACKAGES
+
+    assert {(p.name, p.suite, p.component) for p in NODE_PACKAGES} == {
+        ("kmod", "bookworm", "main"),
+        ("nvidia-modprobe", "trixie", "contrib"),
+    }
+    assert [p.deb for p in NODE_PACKAGES] == [
+        "kmod_30+20221128-1_amd64.deb",
+        "nvidia-modprobe_570.133.07-1_amd64.deb",
+    ]
+    # modprobe.d(5): the install commands the real modprobe runs in place of inserting the modules
+    assert "install nvidia /usr/local/lib/sglfleet-standin/load nvidia\n" in MODPROBE_INSTALL
+    assert "install nvidia_uvm /sbin/modprobe nvidia && " in MODPROBE_INSTALL

@@ -454,7 +454,7 @@ def test_a_device_the_node_lacks_is_refused_before_any_request(pve, module):
     result = module(devices=GPU_NODES, node_devices=GPU_NODES[:-2])
     assert result["failed"] is True and result["argument"] == "devices"
     assert "node 'pve1' has no dev9=/dev/nvidia-uvm, dev10=/dev/nvidia-uvm-tools" in result["msg"]
-    assert "nvidia-modprobe -u -c0" in result["msg"]
+    assert "nvidia-modprobe -u -c 0" in result["msg"] and "-c 255" in result["msg"]
     assert pve.requests == []
     assert module(devices=GPU_NODES, node_devices=GPU_NODES)["changed"] is True
 

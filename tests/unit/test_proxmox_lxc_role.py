@@ -134,7 +134,7 @@ def test_a_device_or_mount_source_the_node_lacks_stops_before_any_change(fakepve
         proxmox_lxc_devices=["/dev/null", {"path": "/dev/nvidia-uvm", "mode": "0666"}],
     )
     assert rc != 0
-    assert "node 'pve1' has no dev1=/dev/nvidia-uvm" in out and "nvidia-modprobe -u -c0" in out
+    assert "node 'pve1' has no dev1=/dev/nvidia-uvm" in out and "nvidia-modprobe -u -c 0" in out
     assert not [r for r in fakepve.requests if r[0] != "GET" and not r[1].endswith("/access/ticket")]
     assert fakepve.ct(200) is None
 

@@ -104,7 +104,8 @@ def check_node_devices(spec: ContainerSpec, node: str, present: Iterable[str] | 
             "devices",
             f"node {node!r} has no {', '.join(missing)}: PVE refuses a devN whose path does not exist on the "
             "node. Load the NVIDIA modules and make the device nodes there first (role pve_host: "
-            "`modprobe nvidia nvidia_uvm` and `nvidia-modprobe -u -c0`), or drop those devices",
+            "`modprobe nvidia nvidia_uvm`, `nvidia-modprobe -c 0 .. -c N-1 -c 255` and "
+            "`nvidia-modprobe -u -c 0`), or drop those devices",
         )
 
 

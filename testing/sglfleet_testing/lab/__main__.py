@@ -7,7 +7,7 @@ import sys
 
 from .container import LxcError, LxcHost
 from .driver import DriverError, build_installer, declare_module, declared_module
-from .node import declare_node_driver, reboot_node
+from .node import declare_node_driver, declare_node_gpus, reboot_node
 from .service import LabError, down, serve, status, up
 from .settings import LabSettings
 from .template import TemplateError
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     node = sub.add_parser("node", help="the stand-in PVE node (lab container 0): its driver, a reboot")
     node.add_argument("--driver", help="declare this NVIDIA driver version installed on the node")
     node.add_argument("--no-driver", action="store_true", help="declare that the node has no NVIDIA driver")
+    node.add_argument("--gpus", type=int, help="declare this many NVIDIA GPUs on the node's PCI bus")
     node.add_argument("--reboot", action="store_true", help="power off, boot with no module loaded")
     sub.add_parser("serve", help="run the PVE bridge in the foreground (what `up` starts as a daemon)")
     args = parser.parse_args(argv)
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 def _node(settings: LabSettings, args: argparse.Namespace) -> None:
     if args.driver or args.no_driver:
         declare_node_driver(settings, None if args.no_driver else args.driver)
+    if args.gpus is not None:
+        declare_node_gpus(settings, args.gpus)
     if args.reboot:
         reboot_node(settings, LxcHost(settings))
 

@@ -169,10 +169,17 @@ class LxcHost:
         # The host's /proc/driver as a CT on a GPU node sees it (the declared nvidia module version,
         # driver.py): mounted after proc (lxc.mount.auto comes first), read-only as the real one is.
         if vmid == NODE_VMID:
-            # The stand-in PVE node (node.py): its /proc/driver is a directory of the lab, read-write
-            # for its stand-in modprobe.
+            # The stand-in PVE node (node.py): its kernel's files are the lab's, read-write for the
+            # stand-in kernel's loader (the PCI functions read-only, as sysfs' are); /dev/char, which
+            # udev makes on a real host, is a tmpfs in its /dev.
             node = self.settings.state_dir / "node"
-            lines.append(f"lxc.mount.entry = {node / 'proc-driver'} proc/driver none bind 0 0")
+            lines += [
+                f"lxc.mount.entry = {node / 'proc-driver'} proc/driver none bind 0 0",
+                f"lxc.mount.entry = {node / 'proc-devices'} proc/devices none bind 0 0",
+                f"lxc.mount.entry = {node / 'sys-module'} sys/module none bind 0 0",
+                f"lxc.mount.entry = {node / 'pci-devices'} sys/bus/pci/devices none ro,bind 0 0",
+                "lxc.mount.entry = tmpfs dev/char tmpfs rw,nosuid,noexec,mode=0755,create=dir 0 0",
+            ]
             return "\n".join(lines) + "\n"
         proc_driver = self.settings.state_dir / "proc-driver"
         if proc_driver.is_dir():

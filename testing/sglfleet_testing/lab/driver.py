@@ -15,8 +15,11 @@ The lab has no GPU and no nvidia module, so it builds both halves itself:
   - `/usr/bin/nvidia-smi`: answers the queries the project uses (`--query-gpu=...`,
     `--query-compute-apps=...`, `--version`) and, like the real one, fails with "Driver/library version
     mismatch" (exit 18) when the module version differs from its own, and exit 9 without a module.
-  The installer refuses to run without `--no-kernel-module` (it cannot build a kernel module in a
-  container, as the real one cannot) and without `--silent` (no interactive UI here).
+  The installer refuses to run without modprobe, rmmod, lsmod and depmod (kmod) on $PATH or in
+  /bin:/usr/bin:/sbin:/usr/sbin, with the real one's message (nvidia-installer 590.48.01 looks for them
+  even with --no-kernel-module: nvidia-installer.c:705-706, misc.c:534-537, 600-623, 853-880), without
+  `--no-kernel-module` (it cannot build a kernel module in a container, as the real one cannot) and
+  without `--silent` (no interactive UI here).
 - `declare_module(settings, version)`: writes `<state>/proc-driver/nvidia/version` in the real
   driver's format; the lab's containers bind-mount `<state>/proc-driver` over their /proc/driver
   (container.py), so the CT reads the declared module version where a real CT reads the host's.
@@ -208,6 +211,21 @@ for arg in "$@"; do
   esac
 done
 log=/var/log/nvidia-installer.log
+# nvidia-installer looks for the module utilities before anything else, --no-kernel-module or not
+# (NVIDIA/nvidia-installer 590.48.01: nvidia-installer.c:705-706; find_module_utils, misc.c:600-623, over
+# $PATH then EXTRA_PATH, misc.c:500 and 853-880, a regular executable file; the list, misc.c:534-537).
+for util in modprobe rmmod lsmod depmod; do
+  found=""
+  for dir in $(echo "${PATH:-}:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11" | tr ':' ' '); do
+    if [ -f "$dir/$util" ] && [ -x "$dir/$util" ]; then found="$dir/$util"; break; fi
+  done
+  if [ -z "$found" ]; then
+    echo "ERROR: Unable to find the module utility \`$util\`; please make sure you have the package" \
+      "'module-init-tools' or 'kmod' installed.  If you do have 'module-init-tools' or 'kmod' installed," \
+      "then please check that \`$util\` is in your PATH." >&2
+    exit 1
+  fi
+done
 if [ "$silent" != 1 ]; then
   echo "ERROR: this stand-in has no interactive interface: run it with --silent" >&2; exit 1
 fi
@@ -283,9 +301,12 @@ def _compile(source: str, soname: str, out: Path) -> None:
 
 
 def build_installer(settings: LabSettings, version: str = DEFAULT_MODULE_VERSION) -> Installer:
-    """Build (or reuse) the stand-in NVIDIA-Linux-x86_64-<version>.run under the lab's state dir."""
+    """Build (or reuse) the stand-in NVIDIA-Linux-x86_64-<version>.run under the lab's state dir; one
+    built by an older stand-in is built again."""
     path = installer_path(settings, version)
-    if not path.is_file():
+    script = INSTALLER.replace("@VERSION@", version)
+    # missing, or built by an older stand-in
+    if not path.is_file() or not path.read_bytes().startswith(script.encode()):
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         cuda = str(_cuda_version(version))
         with tempfile.TemporaryDirectory() as tmp:
@@ -303,7 +324,7 @@ def build_installer(settings: LabSettings, version: str = DEFAULT_MODULE_VERSION
                     tar.add(work / name, arcname=name)
         payload = base64.encodebytes(buf.getvalue()).decode()
         tmp_path = path.with_suffix(".tmp")
-        tmp_path.write_text(INSTALLER.replace("@VERSION@", version) + payload)
+        tmp_path.write_text(script + payload)
         tmp_path.chmod(0o755)
         tmp_path.replace(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
