@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sglfleet_testing.lab.node import NODE_PACKAGES, debs_dir
 from sglfleet_testing.lab.service import up
 from test_lab_smoke import host_network
 
@@ -49,8 +50,10 @@ def test_lab_down_removes_what_the_lab_made(ct):
         assert not listening(settings.port)
         assert not listening(settings.ssh_port(ct.vmid))
         assert not settings.state_dir.exists()
-        # Kept on request: the template, and nothing else.
-        assert [p for p in settings.cache_dir.rglob("*") if p.is_file()] == [settings.template_path]
+        # Kept on request: the downloads (the template, the node's Debian packages), and nothing else.
+        kept = sorted(p for p in settings.cache_dir.rglob("*") if p.is_file())
+        debs = sorted(debs_dir(settings) / package.deb for package in NODE_PACKAGES)
+        assert kept == sorted([settings.template_path, *debs])
         assert not Path("/run/lxc/lock", str(settings.lxc_path).lstrip("/")).exists()
         assert sorted(Path("/sys/fs/cgroup").glob(f"*/lxc.*.{ct.vmid}")) == []
         assert host_network() == network

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     down_parser.add_argument(
         "--keep-template",
         action="store_true",
-        help="keep the cached template (the next `up` skips the debootstrap)",
+        help="keep the downloads: the template (the next `up` skips the debootstrap), the node's .debs",
     )
     sub.add_parser("status", help="say what of the lab runs; exit 0 when it is up, 3 when it is not")
     driver = sub.add_parser(

@@ -70,6 +70,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,10 +293,19 @@ def fetch_node_debs(settings: LabSettings) -> list[Path]:
     wanted = [out / package.deb for package in NODE_PACKAGES]
     if all(path.is_file() for path in wanted):
         return wanted
-    apt = settings.cache_dir / "node-apt"
+    out.mkdir(parents=True, exist_ok=True)
+    # apt's state for one download (lists, locks) lives only as long as it: the cache keeps the packages.
+    with tempfile.TemporaryDirectory(prefix="sglfleet-node-apt-") as tmp:
+        _download_debs(settings, Path(tmp), out)
+    missing = [path.name for path in wanted if not path.is_file()]
+    if missing:
+        raise RuntimeError(f"apt-get download left out {', '.join(missing)} in {out}")
+    return wanted
+
+
+def _download_debs(settings: LabSettings, apt: Path, out: Path) -> None:
     for sub in ("lists/partial", "archives/partial"):
         (apt / sub).mkdir(parents=True, exist_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
     mirror = host_debian_mirror(release=settings.release)
     (apt / "sources.list").write_text(
         "".join(
@@ -313,10 +323,6 @@ def fetch_node_debs(settings: LabSettings) -> list[Path]:
     _run(["apt-get", *options, "-q", "update"], "apt-get update (the node's packages)")
     pins = [f"{package.name}={package.version}" for package in NODE_PACKAGES]
     _run(["apt-get", *options, "-q", "download", *pins], "apt-get download (the node's packages)", cwd=out)
-    missing = [path.name for path in wanted if not path.is_file()]
-    if missing:
-        raise RuntimeError(f"apt-get download left out {', '.join(missing)} in {out}")
-    return wanted
 
 
 def _install_tools(settings: LabSettings, rootfs: Path) -> None:

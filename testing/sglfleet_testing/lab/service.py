@@ -313,7 +313,7 @@ def _down(settings: LabSettings, say: Say, keep_template: bool) -> None:
         shutil.rmtree(settings.state_dir)
         say(f"removed {settings.state_dir}")
     if keep_template:
-        say(f"kept the template {settings.template_path}")
+        say(f"kept the downloads in {settings.cache_dir} (the template, the node's Debian packages)")
     elif settings.cache_dir.exists():
         shutil.rmtree(settings.cache_dir)
         say(f"removed {settings.cache_dir}")
