@@ -5,7 +5,7 @@ Start (sglang/srt/entrypoints/http_server.py:2315-2360 launch_server): log the s
 load the model (nothing listens yet: connections are refused), then listen; /health* answer 503
 until the warm-up request is done, then run their 1-token check.
 
-SIGTERM (managers/tokenizer_manager.py:1635, 2375-2417, 2802-2806): keep listening and serving
+SIGTERM (managers/tokenizer_manager.py:1635, 2375-2411, 2802-2806): keep listening and serving
 (new requests too), /health* answer 503; every 5 s look at the requests left, and once none is left
 SIGKILL the process itself (utils/common.py:1184-1186). There is no drain timeout of its own: the
 service manager's stop timeout is the only limit.
@@ -30,7 +30,7 @@ from sglfleet_testing.standin.app import StandinApp
 from sglfleet_testing.standin.config import StandinConfig
 
 log = logging.getLogger("sglfleet_testing.standin")
-# SGLang's log line shape (sglang/srt/server_args.py:7746-7751 and utils/common.py:1264-1271).
+# SGLang's log line shape (sglang/srt/server_args.py:7750-7755 and utils/common.py:1264-1271).
 LOG_FORMAT = "[%(asctime)s] %(message)s"
 LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 # What uvicorn gives in-flight requests after SIGINT; the stand-in's bound.
