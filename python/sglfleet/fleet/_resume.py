@@ -201,7 +201,8 @@ def _active_generation_units(systemctl: Callable[[Sequence[str]], str]) -> list[
 
 
 def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
-    """The GPUs (CUDA_VISIBLE_DEVICES) the instances' environment files give them."""
+    """The GPUs (CUDA_VISIBLE_DEVICES) the instances' environment files give them: nvidia-smi's indices,
+    since those files also set CUDA_DEVICE_ORDER=PCI_BUS_ID."""
     gpus: set[int] = set()
     for i in indices:
         try:
