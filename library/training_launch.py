@@ -11,9 +11,15 @@ description:
   - With I(units) (the units phase training_stop stopped), plans a drop-in for each unit that sets
     I(environment) (C(Environment=) lines; C({dataset}) and C({checkpoint}) filled in) and says which
     units do not run.
-  - Without units, renders I(command) (C({dataset}) and C({checkpoint}) filled in, shell-quoted) into a
-    C(systemd-run) command line that runs it as the transient unit I(transient_unit) with
-    C(KillSignal=SIGTERM), so that phase training_stop can stop it gracefully next time.
+  - Refuses when an C(EnvironmentFile=) of a unit sets a name of I(environment) (such a file overrides
+    C(Environment=), systemd.exec(5)); the error names the file, line and variable.
+  - Without units, renders I(command) (C({dataset}) and C({checkpoint}) filled in, quoted, with C($) written
+    C($$)) into a C(systemd-run) command line that runs it as the transient unit I(transient_unit). The
+    command is not run by a shell; systemd expands C($VAR) in it from the unit's environment, which
+    includes I(environment).
+  - The transient unit gets C(KillSignal=SIGTERM) (systemd's default, said explicitly) so that phase
+    training_stop can stop it gracefully next time, and C(KillMode=mixed) so that the SIGTERM goes to the
+    main process (torchrun) alone, which forwards it to its ranks, not to every process at once.
   - With neither units nor I(command), there is nothing to start (C(mode=none)).
   - With I(state=look), looks at the job instead of planning - whether its units run, their main
     processes, the GPU memory their processes hold (nvidia-smi), and the row count the journal of the

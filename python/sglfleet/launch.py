@@ -17,7 +17,7 @@ EnvironmentFile; it is never a word of any command line:
   (``ServerArgs(... api_key='...', ...)``). A log-record factory replaces the key, and any
   ``api_key=``/``admin_api_key=`` value in a ``ServerArgs`` repr, before any handler sees the record.
   A factory, not a handler filter: SGLang replaces the root handlers twice with
-  ``logging.basicConfig(force=True)`` (``server_args.py:7750``, ``utils/common.py:1266``); the record
+  ``logging.basicConfig(force=True)`` (``server_args.py:7750-7755``, ``utils/common.py:1266``); the record
   factory survives that. The spawned children re-import this module as ``__mp_main__`` (the main
   module of the process), which installs the same factory there. They do see the key: the spawn pipe
   carries the parent's whole ``sys.argv``, ``--api-key KEY`` included (CPython 3.11
@@ -25,12 +25,12 @@ EnvironmentFile; it is never a word of any command line:
   sets it, :231-232, before it imports the main module, :243-244), so the factory there redacts that
   exact key (:func:`keys_in_argv`), not only the ``api_key=`` pattern.
 - Stop semantics: on SIGTERM, SGLang 0.5.12 drains and then SIGKILLs itself
-  (``managers/tokenizer_manager.py:2375-2417`` ``sigterm_watchdog`` ends in
+  (``managers/tokenizer_manager.py:2375-2411`` ``sigterm_watchdog`` ends in
   ``kill_process_tree(os.getpid(), include_parent=True)``, ``utils/common.py:1184-1186``
   ``itself.kill()``). systemd would record every normal stop as "failed (signal)". The parent stays
   as a small supervisor: it forwards SIGTERM/SIGINT/SIGHUP to the server and exits 0 when the server
   died by SIGKILL *after* a forwarded SIGTERM (the drain completed), but 137 when the server killed
-  itself without being asked (SGLang does that too when a child dies: ``tokenizer_manager.py:2808-2816``
+  itself without being asked (SGLang does that too when a child dies: ``tokenizer_manager.py:2808-2817``
   ``running_phase_sigquit_handler``; and when a forward batch stalls longer than ``--watchdog-timeout``,
   whose scheduler watchdog SIGQUITs the main process, ``srt/utils/watchdog.py:149-163``), so that
   ``Restart=on-failure`` still restarts a crashed or hung instance.

@@ -46,7 +46,8 @@ def test_gpu_lists_give_cuda_visible_devices_and_tp_size_and_models_per_instance
     assert inst.problems(fleet, EIGHT) == []
     a, b, c = inst.layout(fleet, EIGHT, "flashinfer")
     body = a.env_body()
-    assert "CUDA_VISIBLE_DEVICES=0,1\n" in body
+    # CUDA's default order is FASTEST_FIRST; PCI_BUS_ID makes the ids nvidia-smi's, as status reads them.
+    assert body.startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID\nCUDA_VISIBLE_DEVICES=0,1\n")
     assert 'A="1"\nB="say \\"hi\\""\n' in body
     assert "--tp-size 2 --attention-backend flashinfer" in body and "--port 30000" in body
     assert "--api-key k3y" in body
@@ -84,6 +85,11 @@ def test_gpu_lists_give_cuda_visible_devices_and_tp_size_and_models_per_instance
         ({"extra_args": ("--a b",)}, EIGHT, "must be one word without whitespace"),
         ({"attention_backend": "fa9"}, EIGHT, "sglang_fleet_attention_backend 'fa9' is not an SGLang 0.5.12"),
         ({"instances": 2, "port_base": 65535}, EIGHT, "must lie within 1024..65535"),
+        (
+            {"environment": {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}},
+            EIGHT,
+            'sglang_fleet_environment sets ["CUDA_DEVICE_ORDER"]: the fleet writes these itself',
+        ),
     ],
 )
 def test_bad_configuration_is_refused_naming_the_variable(
@@ -148,6 +154,25 @@ def test_digest_covers_what_the_server_runs() -> None:
         .digest
         != digest
     )
+
+
+def test_a_fleet_written_before_the_pci_bus_order_rolls_once() -> None:
+    # An environment file without CUDA_DEVICE_ORDER (written by an earlier sglfleet) is another
+    # configuration: its instances roll once, then the plan is quiet.
+    fleet = spec(instances=2)
+    runtime = observed().runtime
+
+    class Before(inst.InstanceSpec):
+        def env_body(self) -> str:
+            return super().env_body().replace("CUDA_DEVICE_ORDER=PCI_BUS_ID\n", "")
+
+    planned = inst.plan(fleet, EIGHT, observed()).instances
+    old = [inst.digest(Before(**p.spec.model_dump()), fleet.unit_text, runtime) for p in planned]
+    assert old[0] != planned[0].digest
+    before = inst.plan(fleet, EIGHT, observed({0: ("active", old[0]), 1: ("active", old[1])}))
+    assert before.to_roll == [0, 1]
+    after = inst.plan(fleet, EIGHT, observed({i: ("active", p.digest) for i, p in enumerate(planned)}))
+    assert (after.to_start, after.to_roll) == ([], [])
 
 
 def test_the_venv_fingerprint_follows_a_version_bump(tmp_path: Path) -> None:

@@ -87,15 +87,25 @@ def test_the_module_moves_the_set_in_and_says_so_in_check_mode_first(tmp_path: P
 class Systemd:
     """`systemctl` as the fleet modules ask it: list-units and show, from a table of unit states."""
 
-    def __init__(self, units: dict[str, tuple[str, str]], generation: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        units: dict[str, tuple[str, str]],
+        generation: Sequence[str] = (),
+        env_files: dict[str, Sequence[str]] | None = None,
+    ) -> None:
         self.units = units  # name -> (ActiveState, UnitFileState)
         self.generation = list(generation)
+        self.env_files = env_files or {}  # name -> EnvironmentFile= paths
 
     def __call__(self, argv: Sequence[str]) -> str:
         if argv[1] == "list-units":
             if argv[-1].startswith("sglfleet-gen-"):
                 return "".join(f"{u} loaded active running sglfleet generate\n" for u in self.generation)
             return "".join(f"{u} loaded {s[0]} running x\n" for u, s in self.units.items())
+        if "--property=EnvironmentFiles" in argv:
+            # systemctl-show.c: one "EnvironmentFiles=<path> (ignore_errors=yes|no)" line per file
+            files = self.env_files.get(argv[-1], ())
+            return "".join(f"EnvironmentFiles={p} (ignore_errors=no)\n" for p in files)
         blocks = []
         for name in (a for a in argv[2:] if not a.startswith("--")):
             active, enabled = self.units.get(name, ("inactive", ""))
@@ -204,6 +214,25 @@ def test_units_get_a_drop_in_with_the_set_and_the_checkpoint() -> None:
                            systemctl=systemd)  # fmt: skip
 
 
+def test_an_environment_file_that_sets_a_planned_name_is_refused(tmp_path: Path) -> None:
+    # systemd.exec(5): "Settings from these files override settings made with Environment=", so the
+    # drop-in's TRAIN_DATA would never reach the job: refuse, naming the file, the line and the name.
+    env_file = tmp_path / "drafter.env"
+    env_file.write_text("# defaults\nWANDB_PROJECT=drafter\nTRAIN_DATA=/data/old.jsonl\n")
+    other = tmp_path / "other.env"
+    other.write_text("OMP_NUM_THREADS=8\n")
+    systemd = Systemd({"train.service": ("inactive", "enabled")}, env_files={"train.service": [str(other)]})
+    args = {"units": ["train"], "command": "", "dataset": "/d.jsonl", "checkpoint": "/c"}
+    env = {"TRAIN_DATA": "{dataset}", "RESUME_FROM": "{checkpoint}"}
+    assert resume.launch_plan(environment=env, systemctl=systemd, **args).mode == "unit"
+    systemd.env_files["train.service"] = [str(other), str(env_file), str(tmp_path / "absent.env")]
+    with pytest.raises(resume.ResumeError) as refused:
+        resume.launch_plan(environment=env, systemctl=systemd, **args)
+    assert f"train.service: {env_file}:3 sets TRAIN_DATA" in str(refused.value)
+    assert "EnvironmentFile= overrides the drop-in's Environment=" in str(refused.value)
+    assert "RESUME_FROM" not in str(refused.value) and "WANDB_PROJECT" not in str(refused.value)
+
+
 def test_a_bare_process_resumes_as_a_transient_unit_with_quoted_paths() -> None:
     systemd = Systemd({})
     plan = resume.launch_plan(
@@ -216,12 +245,23 @@ def test_a_bare_process_resumes_as_a_transient_unit_with_quoted_paths() -> None:
     )
     assert plan.mode == "command" and plan.to_start == ["sglfleet-training.service"]
     assert plan.argv[:4] == (
-        "systemd-run", "--unit=sglfleet-training.service", "--property=KillSignal=SIGTERM", "--collect",
+        "systemd-run", "--unit=sglfleet-training.service", "--property=KillSignal=SIGTERM",
+        "--property=KillMode=mixed",
     )  # fmt: skip
+    assert "--collect" in plan.argv[: plan.argv.index("--")]
     assert "--setenv=WANDB_RUN=drafter" in plan.argv
     words = list(plan.argv[plan.argv.index("--") + 1 :])
     assert words == shlex.split(plan.command)
     assert words[-4:] == ["--data", "/data/grown set.jsonl", "--resume", "/ckpt/step 9000"]
+    # systemd expands $VAR in a command line from the unit's environment; a $ in a path stays literal as $$,
+    # and the user's own $VAR in the template is left for systemd to expand.
+    dollar = resume.launch_plan(
+        units=[], environment={}, command="train --data {dataset} --resume {checkpoint} --run $RUN",
+        dataset="/data/$HOME/set.jsonl", checkpoint="/ckpt/${STEP}", systemctl=systemd,
+    )  # fmt: skip
+    assert list(dollar.argv[dollar.argv.index("--") + 1 :]) == [
+        "train", "--data", "/data/$$HOME/set.jsonl", "--resume", "/ckpt/$${STEP}", "--run", "$RUN",
+    ]  # fmt: skip
     with pytest.raises(resume.ResumeError, match=r"training_resume_command: .* uses \['data'\]"):
         resume.launch_plan(units=[], environment={}, command="train --data {data}", dataset="d",
                            checkpoint="c", systemctl=systemd)  # fmt: skip

@@ -1,7 +1,7 @@
 """A generation job against a stand-in that drains (SIGTERM, as in a rolling restart): the job stops
 sending to it once its /health says 503, so the drain ends while the job runs; nothing is lost.
 
-SGLang 0.5.12 keeps accepting requests while it drains (tokenizer_manager.py:2375-2417): a client
+SGLang 0.5.12 keeps accepting requests while it drains (tokenizer_manager.py:2375-2411): a client
 that kept sending would hold the drain until the service manager's stop timeout kills the server.
 """
 

@@ -61,6 +61,12 @@ ATTENTION_BACKENDS: tuple[str, ...] = (
 RECORDED_BACKEND_VARIABLE = "SGLANG_ATTENTION_BACKEND"
 #: The environment variable that carries an instance's configuration digest into its process.
 DIGEST_VARIABLE = "SGLANG_FLEET_DIGEST"
+#: CUDA numbers devices FASTEST_FIRST unless told otherwise; nvidia-smi numbers them in PCI bus order.
+#: Every instance gets PCI_BUS_ID, so that its CUDA_VISIBLE_DEVICES are nvidia-smi's indices (which the
+#: GPU ids of the inventory, `sglfleet status` and phase training_resume read them as).
+DEVICE_ORDER = "PCI_BUS_ID"
+#: The GPU variables the fleet writes itself; sglang_fleet_environment may not set them.
+GPU_VARIABLES = ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
 #: systemd states in which an instance's server runs (or is about to answer).
 RUNNING_STATES = frozenset({"active", "reloading"})
 
@@ -162,6 +168,7 @@ class InstanceSpec(BaseModel):
     def env_body(self) -> str:
         """The environment file without its header and digest (systemd EnvironmentFile syntax)."""
         lines = [
+            f"CUDA_DEVICE_ORDER={DEVICE_ORDER}",
             f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.gpus))}",
             f"PROMETHEUS_MULTIPROC_DIR=/run/sglang/instance-{self.index}",
             f"SGLANG_FLEET_INSTANCE={self.index}",
@@ -385,6 +392,11 @@ def problems(
     bad_names = [k for k in spec.environment if not _ENV_NAME_RE.match(k)]
     if bad_names:
         out.append(f"{v('environment')} keys must be variable names: {json.dumps(bad_names)}.")
+    if ours := [k for k in GPU_VARIABLES if k in spec.environment]:
+        out.append(
+            f"{v('environment')} sets {json.dumps(ours)}: the fleet writes these itself (the GPUs of "
+            f"{v('gpu_ids')}, numbered as nvidia-smi numbers them: CUDA_DEVICE_ORDER={DEVICE_ORDER})."
+        )
     if spec.attention_backend and spec.attention_backend not in ATTENTION_BACKENDS:
         out.append(
             f"{v('attention_backend')} '{spec.attention_backend}' is not an SGLang 0.5.12 "

@@ -13,13 +13,19 @@ and the role acts on the plan with builtin tasks (systemctl, copy, systemd-run):
   threshold), as phase training_stop waits for.
 - `launch_plan`: how the training starts again: a drop-in ``Environment=`` for each unit phase
   training_stop stopped, or a command template with ``{dataset}`` and ``{checkpoint}`` run as a
-  transient unit (``systemd-run``) for a job that was a bare process.
+  transient unit (``systemd-run``) for a job that was a bare process. An ``EnvironmentFile=`` of the unit
+  overrides ``Environment=`` (systemd.exec(5)), so the plan refuses when one of the unit's environment
+  files sets a name the drop-in sets. The command is not run by a shell: systemd splits it and expands
+  ``$VAR``/``${VAR}`` from the unit's environment, so a ``$`` in the filled-in paths is written ``$$``.
+  The transient unit gets ``KillMode=mixed``: SIGTERM (systemd's default KillSignal) goes to the main
+  process (torchrun) alone, which forwards it to its ranks, rather than to every process at once.
 - `loaded_rows` / `look`: whether the job runs, holds GPU memory, and what its log says it loaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import re
@@ -195,7 +201,8 @@ def _active_generation_units(systemctl: Callable[[Sequence[str]], str]) -> list[
 
 
 def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
-    """The GPUs (CUDA_VISIBLE_DEVICES) the instances' environment files give them."""
+    """The GPUs (CUDA_VISIBLE_DEVICES) the instances' environment files give them: nvidia-smi's indices,
+    since those files also set CUDA_DEVICE_ORDER=PCI_BUS_ID."""
     gpus: set[int] = set()
     for i in indices:
         try:
@@ -292,6 +299,40 @@ def render(template: str, values: Mapping[str, str], what: str) -> str:
     return template.format(**values)
 
 
+def _systemd_dollar(value: str) -> str:
+    """A filled-in value on an ExecStart= line: systemd expands ``$VAR``/``${VAR}`` there from the unit's
+    environment (systemd.service(5), "Command lines"); ``$$`` is a literal ``$``."""
+    return value.replace("$", "$$")
+
+
+_ENV_FILE_SHOWN = re.compile(r"^EnvironmentFiles=(.*) \(ignore_errors=(yes|no)\)$")
+_ENV_FILE_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def environment_file_overrides(
+    unit: str, names: Sequence[str], systemctl: Callable[[Sequence[str]], str]
+) -> list[str]:
+    """Which of `names` the unit's EnvironmentFile= files set ("<file> sets <NAME>"): those files override
+    Environment= (systemd.exec(5)), so a drop-in's value for such a name would never reach the job."""
+    out = systemctl(["systemctl", "show", "--property=EnvironmentFiles", unit])
+    found = []
+    for line in out.splitlines():
+        match = _ENV_FILE_SHOWN.match(line.strip())
+        if not match:
+            continue
+        paths = sorted(glob.glob(match[1])) if glob.has_magic(match[1]) else [match[1]]
+        for path in paths:
+            try:
+                text = Path(path).read_text(errors="replace")
+            except OSError:
+                continue  # a file that is not there sets nothing (systemd fails the start itself unless "-")
+            for number, entry in enumerate(text.splitlines(), 1):
+                name = _ENV_FILE_NAME.match(entry)
+                if name and name[1] in names:
+                    found.append(f"{path}:{number} sets {name[1]}")
+    return found
+
+
 def _systemd_quote(value: str) -> str:
     """A value for ``Environment="NAME=value"`` (systemd.syntax: quotes and backslashes escaped, no %)."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
@@ -366,6 +407,17 @@ def launch_plan(
                 "training_resume_environment is empty: say how the units get the dataset and checkpoint, "
                 'e.g. {TRAIN_DATA: "{dataset}", RESUME_FROM: "{checkpoint}"}'
             )
+        overrides = [
+            f"{u.Id}: {where}"
+            for u in found
+            for where in environment_file_overrides(u.Id, sorted(env), systemctl)
+        ]
+        if overrides:
+            raise ResumeError(
+                f"training_resume_environment: {'; '.join(overrides)}, and a unit's EnvironmentFile= "
+                "overrides the drop-in's Environment= (systemd.exec(5)), so the job would not get the value "
+                "planned. Use another variable name, or remove it from that file"
+            )
         return LaunchPlan(
             mode="unit",
             units=tuple(u.Id for u in found),
@@ -377,14 +429,22 @@ def launch_plan(
         )
     if not command.strip():
         return LaunchPlan(mode="none", environment=env)
-    rendered = render(command, {k: shlex.quote(v) for k, v in values.items()}, "training_resume_command")
+    # Not a shell: systemd-run's command line is split by systemd, which expands $VAR from the unit's
+    # environment; a $ in a path is kept by writing it $$.
+    quoted = {k: shlex.quote(_systemd_dollar(v)) for k, v in values.items()}
+    rendered = render(command, quoted, "training_resume_command")
     try:
         words = shlex.split(rendered)
     except ValueError as exc:
         raise ResumeError(f"training_resume_command: {exc}: {command!r}") from None
     transient = training_mod.unit_name(transient_unit)
     state = training_mod.units([transient], systemctl)[0]
-    argv = ["systemd-run", f"--unit={transient}", "--property=KillSignal=SIGTERM", "--collect"]
+    # KillSignal=SIGTERM is systemd's default, said explicitly; KillMode=mixed sends it to the main process
+    # (torchrun) alone, which forwards it to its ranks, instead of to every process of the unit at once.
+    argv = [
+        "systemd-run", f"--unit={transient}", "--property=KillSignal=SIGTERM", "--property=KillMode=mixed",
+        "--collect",
+    ]  # fmt: skip
     argv += [f"--setenv={k}={v}" for k, v in sorted(env.items())]
     argv += ["--", *words]
     return LaunchPlan(

@@ -200,6 +200,7 @@ def layout_from_env_dir(env_dir: str | Path) -> FleetLayout:
             raise ValueError(f"{env_file}: no port (SGLANG_FLEET_PORT or --port in SGLANG_ARGS)")
         host = _flag(args, "--host") or "127.0.0.1"
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        # nvidia-smi's indices: the fleet's environment files set CUDA_DEVICE_ORDER=PCI_BUS_ID (_instances.py)
         words = [w.strip() for w in values.get("CUDA_VISIBLE_DEVICES", "").split(",")]
         gpu_set = tuple(int(w) for w in words if w.isdigit())
         gpu = gpu_set[0] if gpu_set else None

@@ -22,7 +22,7 @@ With ``watch_interval``, the endpoints that are up are asked too, every ``watch_
 one that does not answer 200 is taken out the same way. That is how a draining SGLang is seen: on
 SIGTERM, SGLang 0.5.12 keeps accepting and answering requests and only its ``/health*`` answer 503
 (sglang/srt/entrypoints/http_server.py:515-517); it exits once no request is left
-(managers/tokenizer_manager.py:2375-2417), so a client that kept sending would hold a rolling
+(managers/tokenizer_manager.py:2375-2411), so a client that kept sending would hold a rolling
 restart until systemd's stop timeout kills the instance.
 """
 

@@ -118,14 +118,13 @@ class StandinApp:
     def sigterm_handler(self) -> None:
         """SignalHandler.sigterm_handler (tokenizer_manager.py:2802-2806): only sets the flag; the
         server keeps listening and serving, /health* answer 503 from now on."""
-        log.warning(
-            "SIGTERM received. signum=%s frame=None. Draining requests and shutting down...",
-            signal.Signals.SIGTERM,
-        )
+        # registered with loop.add_signal_handler (tokenizer_manager.py:1635): called with no
+        # arguments, so SGLang logs its defaults, signum=None frame=None
+        log.warning("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
         self.gracefully_exit = True
 
     async def sigterm_watchdog(self) -> None:
-        """TokenizerManager.sigterm_watchdog (tokenizer_manager.py:2375-2417): poll the flag every
+        """TokenizerManager.sigterm_watchdog (tokenizer_manager.py:2375-2411): poll the flag every
         5 s; then, every 5 s, exit once no request is left (new ones are still accepted and
         waited for); exit = SIGKILL of the process tree, itself included (utils/common.py:1184-1186)."""
         poll = self.config.drain_poll_seconds

@@ -5,7 +5,7 @@ Start (sglang/srt/entrypoints/http_server.py:2315-2360 launch_server): log the s
 load the model (nothing listens yet: connections are refused), then listen; /health* answer 503
 until the warm-up request is done, then run their 1-token check.
 
-SIGTERM (managers/tokenizer_manager.py:1635, 2375-2417, 2802-2806): keep listening and serving
+SIGTERM (managers/tokenizer_manager.py:1635, 2375-2411, 2802-2806): keep listening and serving
 (new requests too), /health* answer 503; every 5 s look at the requests left, and once none is left
 SIGKILL the process itself (utils/common.py:1184-1186). There is no drain timeout of its own: the
 service manager's stop timeout is the only limit.

@@ -3,21 +3,24 @@
 SGLang (sglang 0.5.12, read from the wheel):
 
 - ``--watchdog-timeout`` (``srt/server_args.py:460`` ``watchdog_timeout: float = 300``, flag at
-  ``:5140-5145``: "If a forward batch takes longer than this, the server will crash to prevent hanging").
+  ``:5139-5144``: "If a forward batch takes longer than this, the server will crash to prevent hanging").
 - The scheduler starts ``WatchdogRaw`` (``srt/managers/scheduler.py:1172-1176``,
   ``scheduler_runtime_checker_mixin.py:583-603``): it watches ``forward_ct`` (one more per forward batch)
-  while the scheduler is busy (``is_initializing or cur_batch is not None``).
+  while a batch is current or while the scheduler initialises (``is_initializing or cur_batch is not None``,
+  ``scheduler_runtime_checker_mixin.py:598-599``).
 - ``srt/utils/watchdog.py:133-163`` ``_watchdog_once``: it looks every ``watchdog_timeout / 2`` seconds;
   when the counter has not moved for more than ``watchdog_timeout`` while busy, it logs (after a py-spy
-  dump) ``Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)`` at error level, sleeps
-  5 s "so that the parent process can print the error", and sends SIGQUIT to its parent, the server's
-  main process.
+  dump) ``Scheduler watchdog timeout (self.watchdog_timeout=300.0, self.soft=False)`` (the flag is a
+  float) at error level, sleeps 5 s "so that the parent process can print the error", and sends SIGQUIT
+  to its parent, the server's main process.
 - The main process's SIGQUIT handler (``srt/managers/tokenizer_manager.py:2808-2817``
-  ``running_phase_sigquit_handler``) logs ``SIGQUIT received. signum=..., frame=.... It usually means one
-  child failed.`` and calls ``kill_process_tree(os.getpid())`` (``srt/utils/common.py:1149-1186``): its
-  children get SIGKILL, then the process SIGKILLs itself (``itself.kill()``). The server therefore ends
-  killed by SIGKILL, unasked: ``sglfleet.launch`` reports that as exit 137, a failure, so that the unit's
-  ``Restart=on-failure`` brings the instance back.
+  ``running_phase_sigquit_handler``) logs ``SIGQUIT received. signum=None, frame=None. It usually means one
+  child failed.`` (it is registered with ``loop.add_signal_handler``, ``tokenizer_manager.py:1635-1639``,
+  so asyncio calls it with no arguments and both stay at their defaults) and calls
+  ``kill_process_tree(os.getpid())`` (``srt/utils/common.py:1149-1186``): its children get SIGKILL, then
+  the process SIGKILLs itself (``itself.kill()``). The server therefore ends killed by SIGKILL, unasked:
+  ``sglfleet.launch`` reports that as exit 137, a failure, so that the unit's ``Restart=on-failure`` brings
+  the instance back.
 
 The stand-in is one process, scheduler and main process in one: the hang fault (``--standin-hang-after
 N``) stops its forward loop after N forward batches (requests in flight and new ones never advance; HTTP
@@ -82,6 +85,6 @@ def _sigquit_self() -> None:
 
 def sigquit_handler() -> None:
     """running_phase_sigquit_handler: log, then kill_process_tree(os.getpid()), i.e. SIGKILL itself."""
-    log.error("SIGQUIT received. signum=%d, frame=None. It usually means one child failed.", signal.SIGQUIT)
+    log.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
     logging.shutdown()
     os.kill(os.getpid(), signal.SIGKILL)
