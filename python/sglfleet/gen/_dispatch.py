@@ -8,9 +8,9 @@ fewer requests: no round robin, no slow instance stalling the rest.
 With a :class:`~sglfleet.gen._affinity.PrefixAffinity` (``--dispatch prefix``), a request whose
 prompt prefix an endpoint served last goes there instead, while that endpoint has a free slot and
 at most ``slack`` more requests in flight than the least-loaded one. When it is full, the request
-waits for it while fewer than ``concurrency`` requests already wait for it (and it is within the
-slack), and a slot it frees is kept for such a waiter; beyond that the request spills to the
-least-loaded endpoint. An endpoint a request avoids, or one that is down, is never waited for;
+waits for it while its load (in flight plus waiting for it) stays within ``slack`` of the
+least-loaded endpoint's, and a slot it frees is kept for such a waiter; beyond that the request
+spills to the least-loaded endpoint. An endpoint a request avoids, or one that is down, is never waited for;
 everything else above holds.
 
 An endpoint that stops answering (``down_after`` connection errors, timeouts or 502/503/504 in a
@@ -150,11 +150,11 @@ class EndpointPool:
         endpoint's index it waits for), or (None, None) when no slot is free anywhere.
 
         The endpoint holding the longest of ``keys`` takes it while its load allows (a free slot, at
-        most ``slack`` more in flight than the least-loaded one). Full, it is waited for while fewer
-        requests than its ``concurrency`` wait for it already and its load is within the slack of
-        the least-loaded one (like the router's cache_aware balance thresholds): a request sent to
-        another endpoint pays its whole prefill there and pushes that endpoint's prefixes out of its
-        cache. Beyond that the request spills to the least-loaded endpoint (and the prefix's record
+        most ``slack`` more in flight than the least-loaded one). Full, it is waited for while its
+        load (in flight plus the requests waiting for it, this one included) stays within ``slack``
+        of the least-loaded endpoint's (like the router's cache_aware balance threshold): a request
+        sent to another endpoint pays its whole prefill there and pushes that endpoint's prefixes
+        out of its cache. Beyond that the request spills to the least-loaded endpoint (and the prefix's record
         moves there). An endpoint that is down, or that the request avoids (it stalled or failed
         under it), is never waited for."""
         affinity = self.affinity
@@ -174,9 +174,11 @@ class EndpointPool:
                 return ep, None
             affinity.misses += 1
             return best, None
-        least = min(e.in_flight for e in self.endpoints if e.up and e is not avoid)
-        waiting = sum(1 for wanted in self._wants.values() if wanted == index)
-        if waiting < self.concurrency and ep.in_flight <= least + affinity.slack:
+        waiting = [0] * len(self.endpoints)
+        for wanted in self._wants.values():
+            waiting[wanted] += 1
+        least = min(e.in_flight + waiting[e.index] for e in self.endpoints if e.up and e is not avoid)
+        if ep.in_flight + waiting[index] < least + affinity.slack:
             return None, index
         if best is not None:
             affinity.misses += 1
@@ -258,6 +260,7 @@ class EndpointPool:
                     free = fut
             if free is not None:
                 self._waiters.remove(free)
+                wants.pop(free, None)  # no longer in line for ep: the slot is kept for it
                 free.set_result(None)
                 ep.reserved += 1
                 self._handed[free] = ep
