@@ -4,6 +4,7 @@ engine's guarantees (exactly once, stall handling) hold as with least-loaded."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import random
@@ -17,6 +18,7 @@ from generate_support import assert_exactly_once, fleet, requests_served
 
 from sglfleet.cli import main as cli_main
 from sglfleet.gen._affinity import PrefixAffinity
+from sglfleet.gen._dispatch import EndpointPool
 from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, run
 from sglfleet.gen._formats import GenParams
 from sglfleet.gen._progress import LogReporter
@@ -192,3 +194,49 @@ class TestAffinityKeys:
             aff.record([i], 0)
         assert len(aff) == 10
         assert aff.preferred([0]) is None and aff.preferred([49]) == 0
+
+
+class TestPoolWaitsForThePrefix:
+    """EndpointPool's policy on its own: a full preferred endpoint is waited for within the slack,
+    a slot it frees goes to the request waiting for it, an avoided endpoint is never waited for."""
+
+    BODY = orjson.dumps({"messages": [{"role": "system", "content": "s" * 300}]})
+
+    @staticmethod
+    async def _up(_ep: object) -> bool:
+        return True
+
+    def _pool(self, slack: int) -> EndpointPool:
+        return EndpointPool(["http://a", "http://b"], 1, self._up, affinity=PrefixAffinity(slack=slack))
+
+    def test_a_full_preferred_endpoint_is_waited_for_and_its_freed_slot_kept(self) -> None:
+        async def scenario() -> None:
+            pool = self._pool(slack=4)
+            a, b = pool.endpoints
+            assert await pool.acquire(body=self.BODY) is a  # no preference yet: the prefix is recorded on a
+            waiter = asyncio.ensure_future(pool.acquire(body=self.BODY))
+            await asyncio.sleep(0)
+            assert not waiter.done()  # b is free, but a holds the prefix
+            pool.release(a, "ok")
+            other = await pool.acquire()  # arrives before the waiter runs: the freed slot is kept
+            assert other is b
+            assert await asyncio.wait_for(waiter, 5) is a
+            assert pool.affinity is not None and pool.affinity.hits == 1 and pool.affinity.misses == 0
+
+        asyncio.run(scenario())
+
+    def test_beyond_the_slack_or_avoided_it_goes_elsewhere(self) -> None:
+        async def scenario() -> None:
+            pool = self._pool(slack=1)
+            a, b = pool.endpoints
+            assert await pool.acquire(body=self.BODY) is a
+            # a: 1 in flight, b: 0; one more for a would put it 2 above b
+            assert await asyncio.wait_for(pool.acquire(body=self.BODY), 5) is b
+            pool.release(b, "ok")
+            assert pool.affinity is not None and pool.affinity.preferred(pool.affinity.keys(self.BODY)) == 1
+            # a retry avoiding b, b full, a free: it goes to a at once, not in line for b
+            assert await pool.acquire(body=self.BODY) is b
+            pool.release(a, "ok")
+            assert await asyncio.wait_for(pool.acquire(avoid=b, body=self.BODY), 5) is a
+
+        asyncio.run(scenario())

@@ -6,7 +6,9 @@ prefill: the turns of one conversation (`--turns all` sends turn k with turns 1.
 prompts sharing a system prompt. :class:`PrefixAffinity` remembers, for the prefixes of recent
 prompts, which endpoint saw them last; the pool (:mod:`sglfleet.gen._dispatch`) asks it which
 endpoint to prefer and takes that one while its load allows (a free slot, and no more than
-``slack`` requests in flight above the least-loaded endpoint), least-loaded otherwise.
+``slack`` requests in flight above the least-loaded endpoint); a full one is waited for while its
+load (in flight plus waiting for it) stays within ``slack`` of the least-loaded endpoint's, else the
+request spills to the least-loaded endpoint.
 
 A prefix is a whole number of chat messages (each message boundary is one), or for a text prompt
 (`prompt`, `text`) a whole number of ``BLOCK_CHARS``-character blocks; only prefixes of at least

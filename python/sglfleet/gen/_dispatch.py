@@ -7,7 +7,11 @@ fewer requests: no round robin, no slow instance stalling the rest.
 
 With a :class:`~sglfleet.gen._affinity.PrefixAffinity` (``--dispatch prefix``), a request whose
 prompt prefix an endpoint served last goes there instead, while that endpoint has a free slot and
-at most ``slack`` more requests in flight than the least-loaded one; everything else above holds.
+at most ``slack`` more requests in flight than the least-loaded one. When it is full, the request
+waits for it while its load (in flight plus waiting for it) stays within ``slack`` of the
+least-loaded endpoint's, and a slot it frees is kept for such a waiter; beyond that the request
+spills to the least-loaded endpoint. An endpoint a request avoids, or one that is down, is never waited for;
+everything else above holds.
 
 An endpoint that stops answering (``down_after`` connection errors, timeouts or 502/503/504 in a
 row) is taken out; a prober asks its ``/health`` until it answers 200 and puts it back.
@@ -43,6 +47,7 @@ class Endpoint:
     url: str
     index: int
     in_flight: int = 0
+    reserved: int = 0  # free slots handed to a woken waiter that has not taken them yet
     up: bool = True
     failures_in_row: int = 0
     sent: int = 0
@@ -111,6 +116,7 @@ class EndpointPool:
         self._probe = probe
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._wants: dict[asyncio.Future[None], int] = {}  # waiter -> the endpoint its prefix prefers
+        self._handed: dict[asyncio.Future[None], Endpoint] = {}  # woken waiter -> the slot kept for it
         self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
         self._closed = False
         self._watching = False  # the watchers are started (by the first acquire)
@@ -125,36 +131,58 @@ class EndpointPool:
     def _pick(self, avoid: Endpoint | None) -> Endpoint | None:
         best: Endpoint | None = None
         for ep in self.endpoints:
-            if not ep.up or ep.in_flight >= self.concurrency:
+            if not ep.up or ep.in_flight + ep.reserved >= self.concurrency:
                 continue
             if best is None or (ep.in_flight, -ep.last_release) < (best.in_flight, -best.last_release):
                 best = ep
         if best is avoid and avoid is not None:
             # a retry prefers another endpoint when one has a free slot
-            others = [e for e in self.endpoints if e is not avoid and e.up and e.in_flight < self.concurrency]
+            others = [e for e in self.endpoints if e is not avoid and e.up and self._free(e)]
             if others:
                 best = min(others, key=lambda e: (e.in_flight, -e.last_release))
         return best
 
-    def _pick_for(self, avoid: Endpoint | None, keys: list[int]) -> Endpoint | None:
-        """The endpoint holding the longest of ``keys`` while its load allows, else :meth:`_pick`'s."""
-        best = self._pick(avoid)
+    def _free(self, ep: Endpoint) -> bool:
+        return ep.in_flight + ep.reserved < self.concurrency
+
+    def _pick_for(self, avoid: Endpoint | None, keys: list[int]) -> tuple[Endpoint | None, int | None]:
+        """Where a request with these prefix ``keys`` goes: (the endpoint, None), or (None, the
+        endpoint's index it waits for), or (None, None) when no slot is free anywhere.
+
+        The endpoint holding the longest of ``keys`` takes it while its load allows (a free slot, at
+        most ``slack`` more in flight than the least-loaded one). Full, it is waited for while its
+        load (in flight plus the requests waiting for it, this one included) stays within ``slack``
+        of the least-loaded endpoint's (like the router's cache_aware balance threshold): a request
+        sent to another endpoint pays its whole prefill there and pushes that endpoint's prefixes
+        out of its cache. Beyond that the request spills to the least-loaded endpoint (and the prefix's record
+        moves there). An endpoint that is down, or that the request avoids (it stalled or failed
+        under it), is never waited for."""
         affinity = self.affinity
         assert affinity is not None
+        best = self._pick(avoid)
         index = affinity.preferred(keys)
-        if best is None or index is None:
-            return best
+        if index is None:
+            return best, None
         ep = self.endpoints[index]
-        if ep is best:
-            affinity.hits += 1
-        elif ep is not avoid and ep.up and ep.in_flight < self.concurrency:
-            if ep.in_flight <= best.in_flight + affinity.slack:
+        if ep is avoid or not ep.up:
+            if best is not None:
+                affinity.misses += 1
+            return best, None
+        if self._free(ep):
+            if best is None or ep is best or ep.in_flight <= best.in_flight + affinity.slack:
                 affinity.hits += 1
-                return ep
+                return ep, None
             affinity.misses += 1
-        else:
+            return best, None
+        waiting = [0] * len(self.endpoints)
+        for wanted in self._wants.values():
+            waiting[wanted] += 1
+        least = min(e.in_flight + waiting[e.index] for e in self.endpoints if e.up and e is not avoid)
+        if ep.in_flight + waiting[index] < least + affinity.slack:
+            return None, index
+        if best is not None:
             affinity.misses += 1
-        return best
+        return best, None
 
     async def acquire(self, avoid: Endpoint | None = None, body: bytes | None = None) -> Endpoint:
         """Wait for a free slot on a healthy endpoint and take it. With prefix affinity, ``body`` (the
@@ -165,7 +193,11 @@ class EndpointPool:
         all_down_since: float | None = None
         keys = self.affinity.keys(body) if self.affinity is not None and body is not None else None
         while True:
-            ep = self._pick_for(avoid, keys) if keys else self._pick(avoid)
+            wait_for = None
+            if keys:
+                ep, wait_for = self._pick_for(avoid, keys)
+            else:
+                ep = self._pick(avoid)
             if ep is not None:
                 if keys:
                     self.affinity.record(keys, ep.index)  # type: ignore[union-attr]
@@ -190,10 +222,8 @@ class EndpointPool:
                 all_down_since = None
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append(fut)
-            if keys:
-                wanted = self.affinity.preferred(keys)  # type: ignore[union-attr]
-                if wanted is not None:
-                    self._wants[fut] = wanted
+            if wait_for is not None:
+                self._wants[fut] = wait_for
             try:
                 if timeout is None:
                     await fut  # the common wait: no timer
@@ -207,10 +237,15 @@ class EndpointPool:
                     with contextlib.suppress(ValueError):
                         self._waiters.remove(fut)
                 self._wants.pop(fut, None)
+                handed = self._handed.pop(fut, None)
+                if handed is not None:  # the slot kept for it is free again: the loop above takes it
+                    handed.reserved -= 1
 
     def _wake_for(self, ep: Endpoint) -> None:
         """A slot of ``ep`` is free: wake the first waiter whose prefix ``ep`` holds, else the first
-        whose prefix no endpoint holds (it loses nothing anywhere), else the first."""
+        that waits for no endpoint in particular (it loses nothing anywhere), and keep the slot for
+        it until it runs (else a request arriving in between takes it: the releasing worker's next
+        one, whose own endpoint is full, would spill there); with neither, wake the first."""
         wants = self._wants
         if wants:
             free = None
@@ -225,7 +260,10 @@ class EndpointPool:
                     free = fut
             if free is not None:
                 self._waiters.remove(free)
+                wants.pop(free, None)  # no longer in line for ep: the slot is kept for it
                 free.set_result(None)
+                ep.reserved += 1
+                self._handed[free] = ep
                 return
         self._wake()
 
