@@ -134,7 +134,8 @@ def test_it_resumes_from_its_checkpoint_and_logs_the_rows_of_the_set_the_environ
     assert "training" in lines[2]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
-    assert json.loads(ckpt.read_text())["step"] > 4242  # it went on from there
+    # it went on from there, not from 0 (a loaded machine may deliver the signal before its first step)
+    assert json.loads(ckpt.read_text())["step"] >= 4242
 
 
 def test_a_missing_dataset_is_an_error(tmp_path: Path) -> None:
