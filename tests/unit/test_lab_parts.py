@@ -487,7 +487,7 @@ def test_the_stand_in_kernel_loads_as_the_nvidia_modules_register(tmp_path):
     assert "ModifyDeviceFiles: 1\n" in (root / "proc/driver/nvidia/params").read_text()
     assert load("nvidia_uvm").returncode == 0 and load("nvidia_uvm").returncode == 0  # loaded: a no-op
     assert (root / "proc/devices").read_text() == (
-        "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n254 ndctl\n511 nvidia-uvm\n"
+        "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n236 nvidia-caps\n254 ndctl\n511 nvidia-uvm\n"
         "\nBlock devices:\n  7 loop\n"
     )
 

@@ -36,8 +36,10 @@ What nvidia-modprobe reads and writes (610.43.03, modprobe-utils/), and what sta
   PATH=/sbin (:186-187): the real kmod's modprobe (this kernel has no /proc/sys/kernel/modprobe).
 - /proc/devices, "Character devices:" section, a line ending in "nvidia-uvm" (nvidia_get_chardev_major,
   :657-724): <state>/node/proc-devices, bind-mounted read-write over /proc/devices: this machine's list at
-  each boot, to which `load` adds "195 nvidia-frontend" (nv-frontend.c registers
-  NV_MAJOR_DEVICE_NUMBER 195 under that name), "236 nvidia-caps" (dynamic; a name with "nvidia" in it
+  each boot, to which `load` adds "195 nvidia" and "195 nvidiactl" (open-gpu-kernel-modules
+  kernel-open/nvidia/nv.c nvidia_init_module: nv_register_chrdev(0, ..., "nvidia") then
+  nv_register_chrdev(255, 1, ..., "nvidiactl"), both by register_chrdev_region; drivers before the open
+  modules registered "nvidia-frontend", nv-frontend.c), "236 nvidia-caps" (dynamic; a name with "nvidia" in it
   that is not UVM's) and "511 nvidia-uvm" (dynamic, deliberately not 510, so code that hardcodes one shows).
 - /proc/driver/nvidia/params, DeviceFileUID/GID/Mode and ModifyDeviceFiles (init_device_file_parameters,
   :367-414): written by `load` with the module's defaults (0, 0, 0666, 1); /proc/driver/nvidia/version in
@@ -165,7 +167,7 @@ if name == "nvidia":
         f.write(@MODULE_LINE@.format(version=version))
     with open(f"{root}/proc/driver/nvidia/params", "w") as f:
         f.write("ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n")
-    add_majors((@NVIDIA_MAJOR@, "nvidia-frontend"), (@CAPS_MAJOR@, "nvidia-caps"))
+    add_majors((@NVIDIA_MAJOR@, "nvidia"), (@NVIDIA_MAJOR@, "nvidiactl"), (@CAPS_MAJOR@, "nvidia-caps"))
     live("nvidia")
 elif name == "nvidia_uvm":
     if not loaded("nvidia"):
