@@ -352,8 +352,9 @@ def test_stand_in_installer_refuses_what_the_real_one_cannot_do(tmp_path):
 
     done = run("--silent")
     assert done.returncode == 1 and "Unable to find the kernel source tree" in done.stderr
-    done = run("--no-kernel-module")
-    assert done.returncode == 1 and "--silent" in done.stderr
+    for spelling in ("--no-kernel-modules", "--no-kernel-module"):  # the option and its alias
+        done = run(spelling)
+        assert done.returncode == 1 and "--silent" in done.stderr
     assert run("--version").stdout.strip() == "nvidia-installer:  version 580.95.05"
     done = run("--frobnicate")
     assert done.returncode == 1 and "Unrecognized option" in done.stderr
@@ -370,7 +371,7 @@ def test_stand_in_installer_needs_kmod_as_the_real_one_does(tmp_path):
     if here:
         pytest.skip(f"this machine has {', '.join(here)} in the installer's fixed search path")
     installer = build_installer(LabSettings(state_dir=tmp_path / "state"), "580.95.05").path
-    args = ["sh", str(installer), "--no-kernel-module", "--silent"]
+    args = ["sh", str(installer), "--no-kernel-modules", "--silent"]
     for missing in MODULE_UTILS:
         present = [util for util in MODULE_UTILS if util != missing]
         (tmp_path / missing).mkdir()
