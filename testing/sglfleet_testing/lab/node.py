@@ -58,10 +58,11 @@ driver line.
 
 nvidia-persistenced: Debian's package needs the driver's libnvidia-cfg.so.1 and a driver behind
 /dev/nvidiactl, so the node has a cited stand-in (NVIDIA/nvidia-persistenced 595.71.05
-nvidia-persistenced.c): it forks, the parent exits 0 once the child has made /var/run/nvidia-persistenced
-and written and locked its PID file (:838-990), and 1 with "nvidia-persistenced failed to initialize.
-Check syslog for more details." (:269) when the child cannot start: here, when the nvidia module is not
-loaded or /dev/nvidiactl is missing.
+nvidia-persistenced.c): it forks (daemonize makes /var/run/nvidia-persistenced and writes and locks the
+PID file, :838-990); the parent exits 0 once the child signals init_complete() (:1028), which it does only
+after setup_nvidia_cfg_api, setup_devices and setup_rpc have succeeded (:1010-1031), and 1 with
+"nvidia-persistenced failed to initialize. Check syslog for more details." (:269) when the child cannot
+start: here, when the nvidia module is not loaded or /dev/nvidiactl is missing.
 
 `reboot_node` is a boot: the container stops, "the kernel" forgets its modules and majors, /dev is
 fresh, and it starts again, so only what the role set up for boot (its units) makes the device nodes.
@@ -188,8 +189,9 @@ install nvidia_uvm /sbin/modprobe nvidia && /{STANDIN_DIR}/load nvidia_uvm
 """
 
 # nvidia-persistenced as NVIDIA/nvidia-persistenced 595.71.05 nvidia-persistenced.c starts: a forked child
-# makes /var/run/nvidia-persistenced and writes its PID file; the parent exits 0 once the child is up,
-# 1 with the message of :269 otherwise.
+# makes /var/run/nvidia-persistenced and writes its PID file; the parent exits 0 once the child is up
+# (init_complete(), :1028, after setup_nvidia_cfg_api/setup_devices/setup_rpc, :1010-1031), 1 with the
+# message of :269 otherwise.
 PERSISTENCED = r"""#!/bin/bash
 # Stand-in nvidia-persistenced of the sglfleet lab's PVE node (testing/sglfleet_testing/lab/node.py).
 if [ ! -r /sys/module/nvidia/initstate ] || [ ! -c /dev/nvidiactl ]; then
