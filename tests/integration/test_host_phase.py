@@ -112,8 +112,9 @@ def majors() -> dict[str, int]:
 
 def the_ten_nodes() -> dict[str, str]:
     found = majors()
-    nvidia, uvm = found["nvidia-frontend"], found["nvidia-uvm"]
-    assert (nvidia, uvm) == (195, 511)  # the stand-in kernel's: uvm deliberately not 510
+    nvidia, uvm = found["nvidia"], found["nvidia-uvm"]
+    # the stand-in kernel's, as a 580+ nv.c registers 195 ("nvidia", "nvidiactl"); uvm deliberately not 510
+    assert (nvidia, found["nvidiactl"], uvm) == (195, 195, 511)
     want = {path: f"{nvidia}:{i}" for i, path in enumerate(GPU_NODES)}
     want |= {
         "/dev/nvidiactl": f"{nvidia}:255",

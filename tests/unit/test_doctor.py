@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,10 @@ from sglfleet.doctor import (
 from sglfleet.doctor._pve import missing_privileges
 
 GIB = 1024**3
-PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n511 nvidia-uvm\n\nBlock devices:\n  8 sd\n"
+# As a 580+ driver registers 195 (open-gpu-kernel-modules nv.c nvidia_init_module: "nvidia", "nvidiactl").
+PROC_DEVICES = (
+    "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n511 nvidia-uvm\n\nBlock devices:\n  8 sd\n"
+)
 COMMIT = "5d1a7c0f3b2e4d6a8c9b0e1f2a3b4c5d6e7f8a9b"
 
 
@@ -192,7 +196,25 @@ def test_privileges_propagate_from_ancestors_and_missing_ones_are_named() -> Non
 
 
 def test_the_probe_reads_proc_devices_char_section_only() -> None:
-    assert _probe.char_majors(PROC_DEVICES) == {"mem": 1, "nvidia": 195, "nvidia-uvm": 511}
+    assert _probe.char_majors(PROC_DEVICES) == {"mem": 1, "nvidia": 195, "nvidiactl": 195, "nvidia-uvm": 511}
+
+
+def test_a_driver_before_the_open_modules_names_195_nvidia_frontend() -> None:
+    probe = healthy()
+    old = PROC_DEVICES.replace("195 nvidia\n195 nvidiactl", "195 nvidia-frontend")
+    probe["proc_devices"] = _probe.char_majors(old)
+    assert probe["proc_devices"] == {"mem": 1, "nvidia-frontend": 195, "nvidia-uvm": 511}
+    assert by_check(check_host("ct200", ct(), probe))["device nodes"].status is Status.OK
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_the_probe_follows_a_symlinked_node_as_pve_and_nvidia_modprobe_stat_do(tmp_path: Path) -> None:
+    """PVE's stat() (PVE/Tools.pm) and nvidia-modprobe's follow links: a link to the node is the node."""
+    os.mknod(tmp_path / "real-nvidiactl", 0o600 | stat.S_IFCHR, os.makedev(195, 255))
+    (tmp_path / "nvidiactl").symlink_to(tmp_path / "real-nvidiactl")
+    (tmp_path / "nvidia-dangling").symlink_to(tmp_path / "gone")
+    nodes = _probe.device_nodes(str(tmp_path))
+    assert nodes == {"nvidiactl": {"char": True, "major": 195, "minor": 255}}
 
 
 def test_the_probe_finds_who_listens_and_reads_the_models_config(tmp_path: Path) -> None:

@@ -85,6 +85,17 @@ def test_no_module_and_no_userspace_are_named() -> None:
     assert any(c.startswith("CUDA_ERROR_STUB_LIBRARY: ") for c in causes)
 
 
+def test_a_container_without_the_uvm_nodes_gets_999_and_both_are_named() -> None:
+    """cuInit answers 999 (CUDA_ERROR_UNKNOWN, cuda.h) when /dev/nvidia-uvm is not there or not usable."""
+    assert jit_lines.CU_RESULT_NAMES[999] == "CUDA_ERROR_UNKNOWN"
+    causes = jit_lines.gpu_causes("CUDA_ERROR_UNKNOWN", ["nvidia0", "nvidiactl"], "580.95.05", "580.95.05")
+    assert causes[0].startswith("no /dev/nvidia-uvm, /dev/nvidia-uvm-tools: ")
+    assert causes[1].startswith("CUDA_ERROR_UNKNOWN: /dev/nvidia-uvm missing or unusable")
+    assert len(causes) == 2
+    only_tools = jit_lines.gpu_causes(None, ["nvidia0", "nvidiactl", "nvidia-uvm"], "580.95.05", "580.95.05")
+    assert len(only_tools) == 1 and only_tools[0].startswith("no /dev/nvidia-uvm-tools: ")
+
+
 def test_a_healthy_host_has_no_cause() -> None:
     nodes = ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
     assert jit_lines.gpu_causes("CUDA_SUCCESS", nodes, "580.95.05", "580.95.05") == []

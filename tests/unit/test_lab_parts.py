@@ -352,8 +352,9 @@ def test_stand_in_installer_refuses_what_the_real_one_cannot_do(tmp_path):
 
     done = run("--silent")
     assert done.returncode == 1 and "Unable to find the kernel source tree" in done.stderr
-    done = run("--no-kernel-module")
-    assert done.returncode == 1 and "--silent" in done.stderr
+    for spelling in ("--no-kernel-modules", "--no-kernel-module"):  # the option and its alias
+        done = run(spelling)
+        assert done.returncode == 1 and "--silent" in done.stderr
     assert run("--version").stdout.strip() == "nvidia-installer:  version 580.95.05"
     done = run("--frobnicate")
     assert done.returncode == 1 and "Unrecognized option" in done.stderr
@@ -370,7 +371,7 @@ def test_stand_in_installer_needs_kmod_as_the_real_one_does(tmp_path):
     if here:
         pytest.skip(f"this machine has {', '.join(here)} in the installer's fixed search path")
     installer = build_installer(LabSettings(state_dir=tmp_path / "state"), "580.95.05").path
-    args = ["sh", str(installer), "--no-kernel-module", "--silent"]
+    args = ["sh", str(installer), "--no-kernel-modules", "--silent"]
     for missing in MODULE_UTILS:
         present = [util for util in MODULE_UTILS if util != missing]
         (tmp_path / missing).mkdir()
@@ -487,7 +488,7 @@ def test_the_stand_in_kernel_loads_as_the_nvidia_modules_register(tmp_path):
     assert "ModifyDeviceFiles: 1\n" in (root / "proc/driver/nvidia/params").read_text()
     assert load("nvidia_uvm").returncode == 0 and load("nvidia_uvm").returncode == 0  # loaded: a no-op
     assert (root / "proc/devices").read_text() == (
-        "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n254 ndctl\n511 nvidia-uvm\n"
+        "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n236 nvidia-caps\n254 ndctl\n511 nvidia-uvm\n"
         "\nBlock devices:\n  7 loop\n"
     )
 

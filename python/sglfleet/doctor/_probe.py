@@ -60,7 +60,8 @@ def device_nodes(dev: str = "/dev") -> dict[str, dict[str, Any]]:
         names = []
     for name in names:
         try:
-            st = os.lstat(os.path.join(dev, name))
+            # stat, not lstat: PVE (PVE/Tools.pm stat) and nvidia-modprobe follow links to the node
+            st = os.stat(os.path.join(dev, name))
         except OSError:
             continue
         is_char = stat.S_ISCHR(st.st_mode)

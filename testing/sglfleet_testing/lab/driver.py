@@ -3,7 +3,7 @@ kernel module version as a container sees it.
 
 A real CT on a PVE GPU node sees the host's /proc, so /proc/driver/nvidia/version names the host
 module's version; the CT needs that exact version's userspace (libcuda.so.1, libnvidia-ml.so.1,
-nvidia-smi), installed from NVIDIA's `NVIDIA-Linux-x86_64-V.run` with `--no-kernel-module --silent`.
+nvidia-smi), installed from NVIDIA's `NVIDIA-Linux-x86_64-V.run` with `--no-kernel-modules --silent`.
 The lab has no GPU and no nvidia module, so it builds both halves itself:
 
 - `build_installer(settings, version)`: `NVIDIA-Linux-x86_64-<version>.run`, a self-extracting shell
@@ -17,9 +17,9 @@ The lab has no GPU and no nvidia module, so it builds both halves itself:
     mismatch" (exit 18) when the module version differs from its own, and exit 9 without a module.
   The installer refuses to run without modprobe, rmmod, lsmod and depmod (kmod) on $PATH or in
   /bin:/usr/bin:/sbin:/usr/sbin, with the real one's message (nvidia-installer 590.48.01 looks for them
-  even with --no-kernel-module: nvidia-installer.c:705-706, misc.c:534-537, 600-623, 853-880), without
-  `--no-kernel-module` (it cannot build a kernel module in a container, as the real one cannot) and
-  without `--silent` (no interactive UI here).
+  even with --no-kernel-modules: nvidia-installer.c:705-706, misc.c:534-537, 600-623, 853-880), without
+  `--no-kernel-modules` or its alias `--no-kernel-module` (it cannot build a kernel module in a
+  container, as the real one cannot) and without `--silent` (no interactive UI here).
 - `declare_module(settings, version)`: writes `<state>/proc-driver/nvidia/version` in the real
   driver's format; the lab's containers bind-mount `<state>/proc-driver` over their /proc/driver
   (container.py), so the CT reads the declared module version where a real CT reads the host's.
@@ -192,8 +192,10 @@ case "$*" in
 esac
 """
 
-# The installer: NVIDIA's .run is a makeself archive whose nvidia-installer takes --no-kernel-module
-# ("Install everything but the kernel module") and -s/--silent; this one checks the same flags and
+# The installer: NVIDIA's .run is a makeself archive whose nvidia-installer takes --no-kernel-modules
+# ("Install everything but the kernel modules, and do not remove any existing, possibly conflicting, kernel
+# modules.", option_table.h:469-477; --no-kernel-module is its undocumented backwards-compatible alias,
+# which this one accepts too) and -s/--silent; this one checks the same flags and
 # installs the same files (libraries into the multiarch directory, nvidia-smi into /usr/bin), removes
 # a previously installed version first (as nvidia-installer uninstalls an existing driver), runs
 # ldconfig and logs to /var/log/nvidia-installer.log.
@@ -211,7 +213,7 @@ for arg in "$@"; do
   esac
 done
 log=/var/log/nvidia-installer.log
-# nvidia-installer looks for the module utilities before anything else, --no-kernel-module or not
+# nvidia-installer looks for the module utilities before anything else, --no-kernel-modules or not
 # (NVIDIA/nvidia-installer 590.48.01: nvidia-installer.c:705-706; find_module_utils, misc.c:600-623, over
 # $PATH then EXTRA_PATH, misc.c:500 and 853-880, a regular executable file; the list, misc.c:534-537).
 for util in modprobe rmmod lsmod depmod; do
@@ -231,7 +233,7 @@ if [ "$silent" != 1 ]; then
 fi
 if [ "$no_kernel_module" != 1 ]; then
   echo "ERROR: Unable to find the kernel source tree for the currently running kernel." \
-    "(a container cannot build the NVIDIA kernel module: use --no-kernel-module)" >&2
+    "(a container cannot build the NVIDIA kernel module: use --no-kernel-modules)" >&2
   exit 1
 fi
 libdir=/usr/lib/x86_64-linux-gnu

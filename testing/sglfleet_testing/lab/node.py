@@ -36,8 +36,10 @@ What nvidia-modprobe reads and writes (610.43.03, modprobe-utils/), and what sta
   PATH=/sbin (:186-187): the real kmod's modprobe (this kernel has no /proc/sys/kernel/modprobe).
 - /proc/devices, "Character devices:" section, a line ending in "nvidia-uvm" (nvidia_get_chardev_major,
   :657-724): <state>/node/proc-devices, bind-mounted read-write over /proc/devices: this machine's list at
-  each boot, to which `load` adds "195 nvidia-frontend" (nv-frontend.c registers
-  NV_MAJOR_DEVICE_NUMBER 195 under that name), "236 nvidia-caps" (dynamic; a name with "nvidia" in it
+  each boot, to which `load` adds "195 nvidia" and "195 nvidiactl" (open-gpu-kernel-modules
+  kernel-open/nvidia/nv.c nvidia_init_module: nv_register_chrdev(0, ..., "nvidia") then
+  nv_register_chrdev(255, 1, ..., "nvidiactl"), both by register_chrdev_region; drivers before the open
+  modules registered "nvidia-frontend", nv-frontend.c), "236 nvidia-caps" (dynamic; a name with "nvidia" in it
   that is not UVM's) and "511 nvidia-uvm" (dynamic, deliberately not 510, so code that hardcodes one shows).
 - /proc/driver/nvidia/params, DeviceFileUID/GID/Mode and ModifyDeviceFiles (init_device_file_parameters,
   :367-414): written by `load` with the module's defaults (0, 0, 0666, 1); /proc/driver/nvidia/version in
@@ -56,10 +58,11 @@ driver line.
 
 nvidia-persistenced: Debian's package needs the driver's libnvidia-cfg.so.1 and a driver behind
 /dev/nvidiactl, so the node has a cited stand-in (NVIDIA/nvidia-persistenced 595.71.05
-nvidia-persistenced.c): it forks, the parent exits 0 once the child has made /var/run/nvidia-persistenced
-and written and locked its PID file (:838-990), and 1 with "nvidia-persistenced failed to initialize.
-Check syslog for more details." (:269) when the child cannot start: here, when the nvidia module is not
-loaded or /dev/nvidiactl is missing.
+nvidia-persistenced.c): it forks (daemonize makes /var/run/nvidia-persistenced and writes and locks the
+PID file, :838-990); the parent exits 0 once the child signals init_complete() (:1028), which it does only
+after setup_nvidia_cfg_api, setup_devices and setup_rpc have succeeded (:1010-1031), and 1 with
+"nvidia-persistenced failed to initialize. Check syslog for more details." (:269) when the child cannot
+start: here, when the nvidia module is not loaded or /dev/nvidiactl is missing.
 
 `reboot_node` is a boot: the container stops, "the kernel" forgets its modules and majors, /dev is
 fresh, and it starts again, so only what the role set up for boot (its units) makes the device nodes.
@@ -165,7 +168,7 @@ if name == "nvidia":
         f.write(@MODULE_LINE@.format(version=version))
     with open(f"{root}/proc/driver/nvidia/params", "w") as f:
         f.write("ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n")
-    add_majors((@NVIDIA_MAJOR@, "nvidia-frontend"), (@CAPS_MAJOR@, "nvidia-caps"))
+    add_majors((@NVIDIA_MAJOR@, "nvidia"), (@NVIDIA_MAJOR@, "nvidiactl"), (@CAPS_MAJOR@, "nvidia-caps"))
     live("nvidia")
 elif name == "nvidia_uvm":
     if not loaded("nvidia"):
@@ -186,8 +189,9 @@ install nvidia_uvm /sbin/modprobe nvidia && /{STANDIN_DIR}/load nvidia_uvm
 """
 
 # nvidia-persistenced as NVIDIA/nvidia-persistenced 595.71.05 nvidia-persistenced.c starts: a forked child
-# makes /var/run/nvidia-persistenced and writes its PID file; the parent exits 0 once the child is up,
-# 1 with the message of :269 otherwise.
+# makes /var/run/nvidia-persistenced and writes its PID file; the parent exits 0 once the child is up
+# (init_complete(), :1028, after setup_nvidia_cfg_api/setup_devices/setup_rpc, :1010-1031), 1 with the
+# message of :269 otherwise.
 PERSISTENCED = r"""#!/bin/bash
 # Stand-in nvidia-persistenced of the sglfleet lab's PVE node (testing/sglfleet_testing/lab/node.py).
 if [ ! -r /sys/module/nvidia/initstate ] || [ ! -c /dev/nvidiactl ]; then

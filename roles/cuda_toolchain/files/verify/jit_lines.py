@@ -208,6 +208,7 @@ CU_RESULT_NAMES = {
     304: "CUDA_ERROR_OPERATING_SYSTEM",
     803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
     804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    999: "CUDA_ERROR_UNKNOWN",
 }
 # cuInit results that name their cause.
 CU_INIT_CAUSES = {
@@ -218,7 +219,11 @@ CU_INIT_CAUSES = {
     "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE": "the forward-compatibility libcuda does not serve this GPU",
     "CUDA_ERROR_NOT_INITIALIZED": "the driver did not initialise",
     "CUDA_ERROR_OPERATING_SYSTEM": "the operating system refused the driver (device node permissions?)",
+    "CUDA_ERROR_UNKNOWN": "/dev/nvidia-uvm missing or unusable (a container without nvidia-uvm passed "
+    "through typically gets 999)",
 }
+# cuInit opens /dev/nvidia-uvm; the UVM nodes come from nvidia-uvm.ko (nvidia-modprobe -u -c 0 on the node).
+UVM_NODES = ("nvidia-uvm", "nvidia-uvm-tools")
 DEVICE_NODE = re.compile(r"^nvidia(\d+|ctl|-uvm|-uvm-tools)$")
 # nv.c writes "NVRM version: NVIDIA UNIX ... Kernel Module  580.95.05  ..." into /proc/driver/nvidia/version.
 MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\s")
@@ -236,6 +241,14 @@ def gpu_causes(
         )
     elif not any(name[6:].isdigit() for name in dev_nodes if name.startswith("nvidia")):
         causes.append("no /dev/nvidiaN (only " + ", ".join(sorted(dev_nodes)) + ")")
+    if any(DEVICE_NODE.match(name) for name in dev_nodes):
+        missing_uvm = [name for name in UVM_NODES if name not in dev_nodes]
+        if missing_uvm:
+            nodes = ", ".join(f"/dev/{name}" for name in missing_uvm)
+            causes.append(
+                f"no {nodes}: nvidia_uvm is not loaded on the node or its nodes are not passed into this "
+                "host (phase host makes them, proxmox_lxc passes them)"
+            )
     if module_version is None:
         causes.append("no /proc/driver/nvidia/version: the nvidia kernel module is not loaded on the node")
     if userspace_version is None:
