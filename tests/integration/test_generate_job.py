@@ -100,10 +100,17 @@ def test_generate_playbook_runs_the_job_once_and_is_idempotent(ct: Ct, tmp_path:
         assert checked["stats"]["changed"] == 0
 
 
+# Long enough (1000 prompts x 0.5 s first token, 4 at a time: >= 125 s) that the job cannot finish
+# while the three playbook runs between its start and its stop take their time on a loaded CI machine.
+SLOW_JOB = 1000
+
+
 def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None:
     with standin.standin_process(standin_ttft=0.5, max_running_requests=4) as slow:
         assert (
-            ct.ssh("mkdir -p /srv/gen2 && cat > /srv/gen2/in.jsonl", stdin=_conversations(200)).returncode
+            ct.ssh(
+                "mkdir -p /srv/gen2 && cat > /srv/gen2/in.jsonl", stdin=_conversations(SLOW_JOB)
+            ).returncode
             == 0
         )
         inv = _inventory(tmp_path, ct)
@@ -129,7 +136,7 @@ def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None
         assert stopped["job"]["changed"] is True and stopped["job"]["action"] == "stop", stopped
         assert ct.ssh("systemctl is-active sglfleet-gen-slow.service").stdout.strip() != "active"
         manifest = json.loads(ct.ssh("cat /srv/gen2/out.jsonl.manifest.json").stdout)
-        assert manifest["status"] == "interrupted" and 0 < manifest["counts"]["done"] < 200
+        assert manifest["status"] == "interrupted" and 0 < manifest["counts"]["done"] < SLOW_JOB
         again = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_state=stopped")
         assert again["stats"]["changed"] == 0
 
@@ -142,6 +149,6 @@ def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None
             json.dumps({"generate_endpoints": [fast.base_url], "generate_concurrency": 16}),
         )
         assert resumed["rc"] == 0 and resumed["job"]["changed"] is True, resumed
-        assert resumed["job"]["status"] == "complete" and resumed["job"]["counts"]["done"] == 200
-        assert resumed["job"]["counts"]["sent_this_run"] < 200, "it resumed, not restarted"
-        _exactly_once(ct, "/srv/gen2/out.jsonl", 200)
+        assert resumed["job"]["status"] == "complete" and resumed["job"]["counts"]["done"] == SLOW_JOB
+        assert resumed["job"]["counts"]["sent_this_run"] < SLOW_JOB, "it resumed, not restarted"
+        _exactly_once(ct, "/srv/gen2/out.jsonl", SLOW_JOB)
