@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import errno
 import itertools
 import math
@@ -45,7 +44,7 @@ from sglfleet.gen._formats import (
     scan_input,
 )
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
-from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
+from sglfleet.gen._store import OutputStore, Resumed, StoreError
 
 
 @dataclass
@@ -102,10 +101,6 @@ _NEXT = {
     ExitCode.DISK_FULL: "rerun",
     ExitCode.INTERRUPTED: "rerun",
 }
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def check_config(config: GenerateConfig) -> list[str]:
@@ -526,81 +521,6 @@ def _usage(body: Any) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
-class _ManifestWriter:
-    def __init__(self, config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None):
-        self.config = config
-        self.path = manifest.manifest_path(Path(config.output))
-        self.input = manifest.InputInfo(
-            path=str(Path(config.input).absolute()),  # merge reads it from anywhere
-            sha256=scan.sha256,
-            format=str(scan.format),
-            requests=scan.requests,
-            size=scan.size,
-        )
-        self.run_started = _now()
-        self.first_started = previous.timings.first_started_at if previous else self.run_started
-        self.runs = previous.timings.runs + 1 if previous else 1  # this run counts once it writes
-        self.elapsed_before = previous.timings.total_elapsed_s if previous else 0.0
-
-    def build(
-        self, stats: Stats, status: manifest.Status, endpoints: list[Endpoint], message: str = ""
-    ) -> manifest.Manifest:
-        elapsed = stats.elapsed()
-        eta = stats.eta(stats.sample()[0]) if status == "running" else None
-        return manifest.Manifest(
-            status=status,
-            input=self.input,
-            params=self.config.params.record(),
-            endpoints=[e.url for e in endpoints],
-            counts=manifest.Counts(
-                total=stats.total,
-                done=stats.done,
-                failed=stats.failed,
-                remaining=stats.remaining,
-                sent_this_run=stats.done_this_run + stats.failed,
-                retries_this_run=stats.retries,
-                resent_this_run=stats.resent,
-            ),
-            tokens=manifest.Tokens(prompt=stats.prompt_tokens, completion=stats.completion_tokens),
-            throughput=manifest.Throughput(
-                requests_per_s=round(stats.done_this_run / elapsed, 3) if elapsed > 0 else 0.0,
-                output_tokens_per_s=round(stats.completion_tokens_this_run / elapsed, 3)
-                if elapsed > 0
-                else 0.0,
-                eta_s=None if eta is None else round(eta, 1),
-            ),
-            timings=manifest.Timings(
-                first_started_at=self.first_started,
-                run_started_at=self.run_started,
-                updated_at=_now(),
-                run_elapsed_s=round(elapsed, 3),
-                total_elapsed_s=round(self.elapsed_before + elapsed, 3),
-                runs=self.runs,
-            ),
-            errors_file=str(errors_path(Path(self.config.output))),
-            message=message,
-            endpoint_stats={
-                e.url: {
-                    "ok": e.ok,
-                    "errors": e.errors,
-                    "sent": e.sent,
-                    "up": float(e.up),
-                    "stalls": e.stalls,
-                    "in_flight": e.in_flight,
-                }
-                for e in endpoints
-            },
-            pid=os.getpid(),
-        )
-
-    def save(
-        self, stats: Stats, status: manifest.Status, endpoints: list[Endpoint], message: str = ""
-    ) -> manifest.Manifest:
-        m = self.build(stats, status, endpoints, message)
-        manifest.save(self.path, m)
-        return m
-
-
 class _Interrupt:
     """SIGINT/SIGTERM: the first stops sending (in-flight requests get the grace period), the second
     ends them at once."""
@@ -808,7 +728,9 @@ async def _execute(
     scan, resumed = prepared.scan, prepared.resumed
     stats = Stats(total=scan.requests, done=scan.requests - len(prepared.pending))
     stats.prompt_tokens, stats.completion_tokens = resumed.prompt_tokens, resumed.completion_tokens
-    writer = _ManifestWriter(config, scan, prepared.previous)
+    writer = manifest.ManifestWriter(
+        Path(config.output), _input_info(config, scan), config.params.record(), prepared.previous
+    )
     reporter = reporter or LogReporter(sys.stdout)
     # a connection per request slot, and one each for an endpoint's health watcher and prober: a
     # request never waits for a connection (aiohttp's queue of waiters costs CPU per release)
@@ -873,6 +795,16 @@ async def _execute(
     return Outcome(code, msg, manifest=m)
 
 
+def _input_info(config: GenerateConfig, scan: ScanResult) -> manifest.InputInfo:
+    return manifest.InputInfo(
+        path=str(Path(config.input).absolute()),  # merge reads it from anywhere
+        sha256=scan.sha256,
+        format=str(scan.format),
+        requests=scan.requests,
+        size=scan.size,
+    )
+
+
 async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _Interrupt) -> None:
     """Keep the metrics endpoint up ``metrics_linger`` seconds after the end, its final values and
     the exit code in it, so that a scrape after the end reads them (a signal ends the wait)."""
@@ -934,7 +866,7 @@ async def _report(reporter: Reporter, stats: Stats, pool: EndpointPool) -> None:
         reporter.update(stats, pool.endpoints)
 
 
-async def _save_manifest_every(interval: float, job: _Job, writer: _ManifestWriter) -> None:
+async def _save_manifest_every(interval: float, job: _Job, writer: manifest.ManifestWriter) -> None:
     """The manifest on its own timer, whatever the log interval (what `job status` reads)."""
     while True:
         await asyncio.sleep(interval)

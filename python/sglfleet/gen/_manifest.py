@@ -1,24 +1,30 @@
 """``OUT.manifest.json``: what a generation job was asked, how far it got, and how fast.
 
 The manifest ties an output to its input (SHA-256 and size) and its generation parameters: a
-later run with another input or other parameters is refused unless forced. It is rewritten
-atomically (a temporary file written whole and checked, ``fsync``, ``rename``, the directory
-``fsync``-ed) at the start, every few seconds, and at the end of a run, so readers (``sglfleet job
-status``, the ``generation_job`` module) always see a whole document, and a full disk or a short
-write leaves the previous manifest as it was and no temporary file behind.
+later run with another input or other parameters is refused unless forced. A run's
+:class:`ManifestWriter` rewrites it atomically (:mod:`sglfleet.atomicio`: a temporary file written
+whole, ``fsync``, ``rename``, the directory ``fsync``-ed) at the start, every few seconds, and at the
+end of the run, so readers (``sglfleet job status``, the ``generation_job`` module) always see a whole
+document, and a full disk or a short write leaves the previous manifest as it was and no temporary
+file behind.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
+import datetime as dt
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
+
+from sglfleet.atomicio import atomic_write
+from sglfleet.gen._store import errors_path
+
+if TYPE_CHECKING:
+    from sglfleet.gen._dispatch import Endpoint
+    from sglfleet.gen._progress import Stats
 
 Status = Literal["running", "complete", "complete_with_failures", "interrupted", "failed"]
 
@@ -103,33 +109,95 @@ def load(path: Path) -> Manifest | None:
 
 def save(path: Path, manifest: Manifest) -> None:
     """Replace ``path`` with ``manifest``, whole or not at all (OSError, e.g. ENOSPC, on failure)."""
-    path = Path(path)
     data = json.dumps(manifest.model_dump(mode="json"), indent=2).encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                if n <= 0:  # a write that makes no progress: treat as a full disk
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
-                view = view[n:]
-            os.fsync(fd)
-            if os.fstat(fd).st_size != len(data):
-                raise OSError(errno.EIO, f"short write: {os.fstat(fd).st_size} of {len(data)} bytes", tmp)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    with atomic_write(Path(path), durable=True) as fh:
+        fh.write(data)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class ManifestWriter:
+    """The manifest of one run of the job writing ``output``: what it was asked (``input_info``,
+    ``params``), and from the run's stats and endpoints, how far it got; the timings carry on from
+    ``previous``, the manifest of the runs before it (None: the first run)."""
+
+    def __init__(
+        self, output: Path, input_info: InputInfo, params: dict[str, Any], previous: Manifest | None
+    ) -> None:
+        self.path = manifest_path(output)
+        self.errors_file = str(errors_path(output))
+        self.input = input_info
+        self.params = params
+        self.run_started = _now()
+        self.first_started = previous.timings.first_started_at if previous else self.run_started
+        self.runs = previous.timings.runs + 1 if previous else 1  # this run counts once it writes
+        self.elapsed_before = previous.timings.total_elapsed_s if previous else 0.0
+
+    def build(self, stats: Stats, status: Status, endpoints: list[Endpoint], message: str = "") -> Manifest:
+        elapsed = stats.elapsed()
+        return Manifest(
+            status=status,
+            input=self.input,
+            params=self.params,
+            endpoints=[e.url for e in endpoints],
+            counts=_counts(stats),
+            tokens=Tokens(prompt=stats.prompt_tokens, completion=stats.completion_tokens),
+            throughput=_throughput(stats, elapsed, running=status == "running"),
+            timings=Timings(
+                first_started_at=self.first_started,
+                run_started_at=self.run_started,
+                updated_at=_now(),
+                run_elapsed_s=round(elapsed, 3),
+                total_elapsed_s=round(self.elapsed_before + elapsed, 3),
+                runs=self.runs,
+            ),
+            errors_file=self.errors_file,
+            message=message,
+            endpoint_stats={e.url: _endpoint_stats(e) for e in endpoints},
+            pid=os.getpid(),
+        )
+
+    def save(self, stats: Stats, status: Status, endpoints: list[Endpoint], message: str = "") -> Manifest:
+        m = self.build(stats, status, endpoints, message)
+        save(self.path, m)
+        return m
+
+
+def _counts(stats: Stats) -> Counts:
+    return Counts(
+        total=stats.total,
+        done=stats.done,
+        failed=stats.failed,
+        remaining=stats.remaining,
+        sent_this_run=stats.done_this_run + stats.failed,
+        retries_this_run=stats.retries,
+        resent_this_run=stats.resent,
+    )
+
+
+def _throughput(stats: Stats, elapsed: float, *, running: bool) -> Throughput:
+    """This run's rates; the time left at the recent rate while it runs."""
+    eta = stats.eta(stats.sample()[0]) if running else None
+    if elapsed <= 0:
+        return Throughput(eta_s=None if eta is None else round(eta, 1))
+    return Throughput(
+        requests_per_s=round(stats.done_this_run / elapsed, 3),
+        output_tokens_per_s=round(stats.completion_tokens_this_run / elapsed, 3),
+        eta_s=None if eta is None else round(eta, 1),
+    )
+
+
+def _endpoint_stats(e: Endpoint) -> dict[str, float]:
+    return {
+        "ok": e.ok,
+        "errors": e.errors,
+        "sent": e.sent,
+        "up": float(e.up),
+        "stalls": e.stalls,
+        "in_flight": e.in_flight,
+    }
 
 
 def input_change(previous: Manifest, sha256: str, size: int, prefix_sha256: str | None) -> str | None:
