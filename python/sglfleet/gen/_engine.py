@@ -12,38 +12,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import itertools
 import math
 import os
-import random
 import signal
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
 from sglfleet.gen import _manifest as manifest
 from sglfleet.gen._affinity import POLICIES, PrefixAffinity
-from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint
+from sglfleet.gen._dispatch import Endpoint, EndpointPool
 from sglfleet.gen._formats import (
     GenParams,
     InputChanged,
     InputFormat,
     LineError,
-    Request,
     ScanResult,
     read_requests,
     scan_input,
 )
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
+from sglfleet.gen._requests import RequestRunner, is_disk_full
 from sglfleet.gen._store import OutputStore, Resumed, StoreError
 
 
@@ -173,354 +169,6 @@ def _output_problems(output: Path) -> list[str]:
     return problems
 
 
-def _is_disk_full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-class _Halt(Exception):
-    """Ends the run with an exit code (raised inside request handlers, caught by them)."""
-
-    def __init__(self, code: ExitCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(eq=False)
-class _Ticket:
-    """An attempt in flight: what :meth:`_Job.watch` needs to send it elsewhere too."""
-
-    url: str
-    body: bytes
-    task: asyncio.Task[Any]
-    settled: bool = False  # the waiting task has its answer (or gave up): nothing more to do
-    hedge: asyncio.Task[None] | None = None
-    resends: int = 0  # times it was sent to another endpoint because the one it waited on stalled
-    won: tuple[client.Attempt, Endpoint] | None = None  # the other endpoint's answer, when it came first
-
-
-@dataclass
-class _Answer:
-    """What one request (all its turns) came to."""
-
-    attempt: client.Attempt
-    conversation: list[dict[str, Any]] | None = None
-    usage: tuple[int, int] = (0, 0)
-
-
-class _Job:
-    """The state of one run (one event loop)."""
-
-    def __init__(
-        self,
-        config: GenerateConfig,
-        *,
-        store: OutputStore,
-        stats: Stats,
-        pool: EndpointPool,
-        session: aiohttp.ClientSession,
-        stop: asyncio.Event,
-    ) -> None:
-        self.config = config
-        self.store = store
-        self.stats = stats
-        self.pool = pool
-        self.session = session
-        self.stop = stop
-        self.fatal: str | None = None
-        self.fatal_code = ExitCode.FATAL
-        self.rng = random.Random()
-        self.timeout = aiohttp.ClientTimeout(total=config.request_timeout)
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.tickets: dict[Endpoint, set[_Ticket]] = {}
-
-    def halt(self, fatal: str | None = None, code: ExitCode = ExitCode.FATAL) -> None:
-        if fatal and not self.fatal:
-            self.fatal, self.fatal_code = fatal, code
-        self.stop.set()
-
-    def halt_on_write_error(self, what: str, exc: OSError) -> None:
-        if _is_disk_full(exc):
-            self.halt(f"no space left for {what} ({exc.strerror}); free some and rerun", ExitCode.DISK_FULL)
-        else:
-            self.halt(f"cannot write {what}: {exc}")
-
-    # -- one request --------------------------------------------------------------------------
-
-    async def handle(self, req: Request) -> None:
-        try:
-            answer = await (self._all_turns(req) if req.all_turns else self._one_turn(req))
-            if answer is not None:
-                self._record_ok(req, answer)
-        except _Halt as exc:
-            self.halt(str(exc), exc.code)
-        except NoEndpoint as exc:
-            self.halt(str(exc), ExitCode.AUTH if "API key" in str(exc) else ExitCode.NO_ENDPOINT)
-        except OSError as exc:
-            self.halt_on_write_error(f"the output {self.store.output}", exc)
-
-    async def _one_turn(self, req: Request) -> _Answer | None:
-        a = await self._complete(req, req.url, req.body)
-        if a is None:
-            return None
-        conversation = None
-        if req.turns is not None:
-            conversation = [*req.turns, self._assistant_turn(a.body)]
-        return _Answer(a, conversation, _usage(a.body))
-
-    async def _all_turns(self, req: Request) -> _Answer | None:
-        """SpecForge's regeneration: system and user turns kept, each assistant turn regenerated
-        from the regenerated conversation before it (the old assistant turns are dropped)."""
-        assert req.turns is not None
-        base = orjson.loads(req.body)
-        messages: list[dict[str, Any]] = []
-        prompt = completion = 0
-        last: client.Attempt | None = None
-        for turn in req.turns:
-            if turn["role"] == "assistant":
-                continue
-            messages.append(turn)
-            if turn["role"] != "user":
-                continue
-            last = await self._complete(req, req.url, orjson.dumps({**base, "messages": messages}))
-            if last is None:
-                return None
-            p, c = _usage(last.body)
-            prompt, completion = prompt + p, completion + c
-            messages = [*messages, self._assistant_turn(last.body)]
-        assert last is not None
-        # the recorded body is the last turn's, its usage the sum over every turn (what a resume
-        # reads back, and what merge's minimum-length rule sees)
-        body = dict(last.body)
-        body["usage"] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-        last.body, last.raw = body, b""
-        return _Answer(last, messages, (prompt, completion))
-
-    def _assistant_turn(self, body: Any) -> dict[str, Any]:
-        message = body["choices"][0].get("message") or {}
-        content = message.get("content")
-        if content is None:  # a text completion
-            content = body["choices"][0].get("text", "")
-        turn: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.config.params.keep_reasoning and message.get("reasoning_content") is not None:
-            turn["reasoning_content"] = message["reasoning_content"]
-        return turn
-
-    async def _complete(self, req: Request, url: str, body: bytes) -> client.Attempt | None:
-        """One completion with retries; None when it failed for good (recorded as a failure)."""
-        attempts = 0
-        avoid: Endpoint | None = None
-        while not self.stop.is_set():
-            a, ep = await self._exchange(url, body, avoid)
-            if a is None:  # stopped meanwhile
-                return None
-            if a.kind is client.Kind.OK:
-                return a
-            if a.kind is client.Kind.AUTH:
-                self._check_auth(ep, a)
-                avoid = ep
-                continue  # another endpoint may take the key; not this request's fault
-            if a.kind is client.Kind.PERMANENT:
-                self._record_failure(req, "http_error", a)
-                return None
-            attempts += 1
-            if attempts > self.config.max_retries:
-                code = "invalid_response" if a.invalid_body else "retries_exhausted"
-                self._record_failure(req, code, a, f" (after {attempts} attempts)")
-                return None
-            self.stats.retries += 1
-            avoid = ep
-            delay = client.backoff(attempts, self.config.backoff_base, self.config.backoff_cap, self.rng)
-            if a.retry_after is not None:
-                delay = max(delay, a.retry_after)
-            if not await client.sleep(delay, self.stop):
-                return None
-        return None
-
-    def _check_auth(self, ep: Endpoint, a: client.Attempt) -> None:
-        """A 401/403 is an answer: once no endpoint that is up takes the key, stop (exit 4), without
-        waiting for the endpoints that are down to come back."""
-        if not any(e.up and not e.auth_failed for e in self.pool.endpoints):
-            status = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(a.status or 0, f"HTTP {a.status}")
-            raise _Halt(ExitCode.AUTH, f"{status} from {ep.url}: check the API key")
-
-    async def _exchange(
-        self, url: str, body: bytes, avoid: Endpoint | None
-    ) -> tuple[client.Attempt | None, Endpoint]:
-        """One attempt, awaited in this task (no task per request: that costs throughput). Should its
-        endpoint stall meanwhile, :meth:`watch` sends the same body to another endpoint too; when that
-        answers first it cancels this await and its answer is returned instead."""
-        ep = await self.pool.acquire(avoid, body)
-        if self.stop.is_set():
-            self.pool.release(ep, "cancelled")
-            return None, ep
-        ticket = _Ticket(url, body, asyncio.current_task())  # type: ignore[arg-type]
-        waiting = self.tickets.setdefault(ep, set())
-        waiting.add(ticket)
-        try:
-            a = await self._attempt(ep, url, body)
-            ticket.settled = True
-            return a, ep
-        except asyncio.CancelledError:
-            if ticket.won is None:
-                raise
-            ticket.task.uncancel()  # our own cancellation: the other endpoint's answer won
-            return ticket.won
-        finally:
-            ticket.settled = True
-            waiting.discard(ticket)
-            if ticket.hedge is not None and not ticket.hedge.done():
-                ticket.hedge.cancel()
-
-    async def watch(self, interval: float) -> None:
-        """Every ``interval`` s: take stalled endpoints out and re-send their requests elsewhere."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval)
-            for ep in self.pool.find_stalled(loop.time()):
-                self.pool.mark_stalled(ep)
-                for ticket in list(self.tickets.get(ep, ())):
-                    if ticket.hedge is None and not ticket.settled:
-                        ticket.hedge = asyncio.create_task(self._hedge(ticket, ep))
-
-    async def _hedge(self, ticket: _Ticket, stalled: Endpoint) -> None:
-        """Send a request whose endpoint stalled to another endpoint, and again whenever that one
-        stalls or fails too, at most ``max_resends`` times: the first answer wins (the waiting task
-        takes it and cancels the rest), so it is written exactly once."""
-        avoid = stalled
-        while not ticket.settled and not self.stop.is_set() and ticket.resends < self.config.max_resends:
-            try:
-                other = await self.pool.acquire(avoid)
-            except NoEndpoint:
-                return  # the waiting task meets the same and says so
-            if ticket.settled or self.stop.is_set():
-                self.pool.release(other, "cancelled")
-                return
-            ticket.resends += 1
-            self.stats.resent += 1
-            a = await self._attempt_unless_stalled(other, ticket.url, ticket.body)
-            if a is not None and a.kind is client.Kind.OK:
-                if not ticket.settled:
-                    ticket.won = (a, other)
-                    ticket.settled = True
-                    ticket.task.cancel()
-                return
-            if a is not None and a.kind is not client.Kind.RETRY:
-                return  # the request (or the key) is refused: the waiting attempt's own answer decides
-            avoid = other
-            if a is not None:  # it failed (not stalled): back off as a retry does
-                delay = client.backoff(
-                    ticket.resends, self.config.backoff_base, self.config.backoff_cap, self.rng
-                )
-                if not await client.sleep(delay, self.stop):
-                    return
-
-    async def _attempt_unless_stalled(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt | None:
-        """:meth:`_attempt`, given up (None) as soon as ``ep`` is found stalled."""
-        stalled = ep.stalled  # this up period's event (a fresh one once the endpoint is back)
-        attempt = asyncio.ensure_future(self._attempt(ep, url, body))
-        waiter = asyncio.ensure_future(stalled.wait())
-        try:
-            await asyncio.wait({attempt, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not attempt.done():
-                attempt.cancel()  # its slot goes back as "cancelled"
-        if attempt.done() and not attempt.cancelled():
-            return attempt.result()
-        with contextlib.suppress(asyncio.CancelledError):
-            await attempt  # it hands its slot back
-        return None
-
-    async def _attempt(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt:
-        """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        outcome = "cancelled"
-        latency = None
-        try:
-            a = await client.post(self.session, ep.url + url, body, self.timeout)
-            latency = loop.time() - started
-            if a.endpoint_down:
-                outcome = "down"
-            elif a.kind is client.Kind.AUTH:
-                outcome = "auth"
-            else:
-                outcome = "ok" if a.kind is client.Kind.OK else "error"
-            return a
-        finally:
-            self.pool.release(ep, outcome, latency)
-
-    def _record_ok(self, req: Request, answer: _Answer) -> None:
-        a = answer.attempt
-        raw = a.raw or None
-        self.store.add_result(req.custom_id, a.request_id, a.body, raw, answer.conversation)
-        prompt, completion = answer.usage
-        self.stats.prompt_tokens += prompt
-        self.stats.completion_tokens += completion
-        self.stats.completion_tokens_this_run += completion
-        self.stats.done += 1
-        self.stats.done_this_run += 1
-
-    def _record_failure(self, req: Request, code: str, a: client.Attempt, suffix: str = "") -> None:
-        self.store.add_error(req.custom_id, code, a.message + suffix, a.status, a.body)
-        self.stats.failed += 1
-
-    # -- the whole run ------------------------------------------------------------------------
-
-    async def feed(self, batches: Iterator[list[Request]]) -> None:
-        """Start the workers, one per request slot of the pool, each taking the next request and
-        seeing it through (its retries included: a request waiting to retry holds its worker, so
-        requests in flight + waiting to retry stay within the capacity). Not a task per request,
-        nor more workers than slots (they would queue for a slot on every release): both cost
-        throughput. The input is read on the loop, a batch at a time as the workers need it (a
-        thread reading it would compete with the loop for the interpreter).
-
-        With prefix affinity, twice as many: a freed slot then has waiting requests to choose from
-        (the one whose prefix its endpoint holds, EndpointPool._wake_for); with exactly one worker per
-        slot nobody ever waits, and every request goes to the one free slot, wherever it is."""
-        requests = itertools.chain.from_iterable(batches)
-        workers = self.pool.capacity * (2 if self.pool.affinity is not None else 1)
-        for _ in range(workers):
-            task = asyncio.create_task(self._work(requests))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-    async def _work(self, requests: Iterator[Request]) -> None:
-        try:
-            while not self.stop.is_set():
-                req = next(requests, None)  # one iterator shared by every worker, read in turn
-                if req is None:
-                    return
-                await self.handle(req)
-        except InputChanged as exc:
-            self.halt(str(exc), ExitCode.INPUT_CHANGED)
-        except OSError as exc:  # reading the input (handle catches its own write errors)
-            self.halt(f"cannot read the input {self.config.input}: {exc}")
-
-    async def drain(self, seconds: float | None) -> None:
-        if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=seconds)
-
-    async def cancel_all(self) -> None:
-        pending = list(self.tasks)
-        for task in pending:
-            task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
-def _usage(body: Any) -> tuple[int, int]:
-    usage = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(usage, dict):
-        return 0, 0
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-
-
 class _Interrupt:
     """SIGINT/SIGTERM: the first stops sending (in-flight requests get the grace period), the second
     ends them at once."""
@@ -637,7 +285,7 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     except OSError as exc:
         with contextlib.suppress(OSError):
             store.close()
-        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.BAD_INPUT  # nothing was sent
+        code = ExitCode.DISK_FULL if is_disk_full(exc) else ExitCode.BAD_INPUT  # nothing was sent
         return Outcome(
             code, f"cannot use {config.output} as the output: {exc.strerror or exc}; nothing was sent"
         )
@@ -740,7 +388,9 @@ async def _execute(
         return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))
 
     pool = _make_pool(config, probe)
-    job = _Job(config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop)
+    job = RequestRunner(
+        config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop
+    )
     for ep in pool.endpoints:
         if ep.url not in prepared.live:  # it did not answer the preflight: the prober waits for it
             pool.take_out(ep)
@@ -754,27 +404,27 @@ async def _execute(
         if metrics is not None:
             await metrics.cleanup()
         await _close(pool, session)
-        code = ExitCode.DISK_FULL if _is_disk_full(exc) else ExitCode.FATAL
+        code = ExitCode.DISK_FULL if is_disk_full(exc) else ExitCode.FATAL
         return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
     batches = read_requests(Path(config.input), scan, prepared.pending, config.params)
     with reporter:
         background = [
             asyncio.create_task(_report(reporter, stats, pool)),
             asyncio.create_task(_save_manifest_every(config.manifest_interval, job, writer)),
-            asyncio.create_task(job.watch(min(0.5, config.stall_min / 4))),
+            asyncio.create_task(job.resend_stalled(min(0.5, config.stall_min / 4))),
         ]
         try:
-            await _dispatch(job, batches, interrupt.force)
+            await job.send_all(batches, interrupt.force)
         except InputChanged as exc:
             job.halt(str(exc), ExitCode.INPUT_CHANGED)
-            await job.cancel_all()
+            await job.cancel_in_flight()
         finally:
             for task in background:
                 task.cancel()
             for task in background:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await job.cancel_all()
+            await job.cancel_in_flight()
             await _close(pool, session)
             try:
                 prepared.store.sync()
@@ -785,7 +435,7 @@ async def _execute(
     try:
         m = writer.save(stats, status, pool.endpoints, msg)
     except OSError as exc:
-        if _is_disk_full(exc):
+        if is_disk_full(exc):
             code = ExitCode.DISK_FULL
         msg = f"{msg}; the manifest could not be updated ({exc}), the previous one is kept"
         code, m = code if code != ExitCode.OK else ExitCode.FATAL, None
@@ -834,39 +484,13 @@ async def _close(pool: EndpointPool, session: aiohttp.ClientSession) -> None:
     await session.close()
 
 
-async def _dispatch(job: _Job, batches: Iterator[list[Request]], force: asyncio.Event) -> None:
-    """Feed every request, wait for the answers; on a stop, give in-flight requests the grace."""
-    feeder = asyncio.create_task(job.feed(batches))
-    stop_wait = asyncio.create_task(job.stop.wait())
-    try:
-        await asyncio.wait({feeder, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        if feeder.done():
-            feeder.result()
-            # everything is dispatched: wait for the rest, unless told to stop
-            while job.tasks and not job.stop.is_set():
-                await asyncio.wait({*job.tasks, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        if job.stop.is_set() and job.tasks:
-            force_wait = asyncio.create_task(force.wait())
-            grace = asyncio.create_task(job.drain(job.config.grace if not job.fatal else 0))
-            await asyncio.wait({grace, force_wait}, return_when=asyncio.FIRST_COMPLETED)
-            force_wait.cancel()
-            grace.cancel()
-            await job.cancel_all()
-    finally:
-        stop_wait.cancel()
-        if not feeder.done():
-            feeder.cancel()
-        with contextlib.suppress(asyncio.CancelledError, InputChanged):
-            await feeder
-
-
 async def _report(reporter: Reporter, stats: Stats, pool: EndpointPool) -> None:
     while True:
         await asyncio.sleep(reporter.interval)
         reporter.update(stats, pool.endpoints)
 
 
-async def _save_manifest_every(interval: float, job: _Job, writer: manifest.ManifestWriter) -> None:
+async def _save_manifest_every(interval: float, job: RequestRunner, writer: manifest.ManifestWriter) -> None:
     """The manifest on its own timer, whatever the log interval (what `job status` reads)."""
     while True:
         await asyncio.sleep(interval)
@@ -903,7 +527,7 @@ async def _start_metrics(config: GenerateConfig, stats: Stats, pool: EndpointPoo
 
 
 def _verdict(
-    job: _Job, stats: Stats, interrupt: _Interrupt, store: OutputStore
+    job: RequestRunner, stats: Stats, interrupt: _Interrupt, store: OutputStore
 ) -> tuple[ExitCode, manifest.Status, str]:
     if job.fatal:
         hint = {
