@@ -1,8 +1,10 @@
 """The generation engine: a resumable, exactly-once batch job across every SGLang instance.
 
-- `engine`: `run(GenerateConfig)`, the job itself, and its `ExitCode`s.
+- `engine`: `run(GenerateConfig)`, the job itself (its stages in order), and its `ExitCode`s;
+  `requests`: each request's lifecycle (retries, re-sends past a stalled endpoint, written once).
 - `formats`: the input lines (OpenAI batch, chat, prompt) and the sampling parameters.
-- `store` / `manifest`: the output and errors files and the manifest that makes a rerun resume.
+- `store` / `manifest`: the output and errors files, and the manifest (and its writer) that makes a
+  rerun resume.
 - `dispatch` / `client`: fewest-in-flight dispatch over endpoints, and the HTTP attempts.
 - `progress`: what a running job prints; `metrics`: what `--metrics-port` serves.
 - `watch`: `job_status(OUT)`, where a job stands, from another shell (`sglfleet job status`).

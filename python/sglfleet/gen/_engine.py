@@ -6,6 +6,9 @@ forced), probe every endpoint (start on those that answer), open the output (cut
 read the ids already done), then send the missing requests, read back from exactly the bytes that
 were validated, to the endpoints, fewest in flight first, with retries, and write each result as
 it comes. A request whose endpoint stalls is sent to another one too; the first answer wins.
+
+This module is the orchestration: the run's stages, in order, and its verdict. Each request's
+lifecycle is :mod:`sglfleet.gen._requests`'s, the manifest's :mod:`sglfleet.gen._manifest`'s.
 """
 
 from __future__ import annotations
@@ -100,13 +103,23 @@ _NEXT = {
 
 
 def check_config(config: GenerateConfig) -> list[str]:
-    problems = []
-    if not config.endpoints:
-        problems.append("no endpoint: give --endpoint URL (or --endpoints-file)")
+    """Every problem with ``config`` that can be seen before anything is read or sent, in words."""
+    return [
+        *_endpoint_problems(config.endpoints),
+        *_option_problems(config),
+        *_sampling_problems(config.params),
+        *_path_problems(Path(config.input), Path(config.output)),
+    ]
+
+
+def _endpoint_problems(urls: list[str]) -> list[str]:
+    if not urls:
+        return ["no endpoint: give --endpoint URL (or --endpoints-file)"]
     from sglfleet.fleet._health import endpoint_from_url
 
+    problems = []
     seen: set[str] = set()
-    for i, url in enumerate(config.endpoints):
+    for i, url in enumerate(urls):
         try:
             base = endpoint_from_url(url, where=f"endpoint {i + 1}").url
         except ValueError as exc:
@@ -115,30 +128,44 @@ def check_config(config: GenerateConfig) -> list[str]:
         if base in seen:
             problems.append(f"endpoint {i + 1}: {url} is listed twice")
         seen.add(base)
-    if config.concurrency < 1:
-        problems.append("--concurrency must be at least 1")
-    if config.dispatch not in POLICIES:
-        problems.append(f"--dispatch must be one of {', '.join(POLICIES)}, not {config.dispatch!r}")
-    if config.max_retries < 0:
-        problems.append("--max-retries must be 0 or more")
-    if config.request_timeout <= 0:
-        problems.append("--request-timeout must be positive")
-    if config.max_resends < 0:
-        problems.append("--max-resends must be 0 or more")
-    if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
-        problems.append(f"--metrics-port {config.metrics_port} is not a TCP port (0-65535; 0: any free one)")
-    if config.metrics_linger < 0:
-        problems.append("--metrics-linger must be 0 or more")
-    p = config.params
-    for name, value in (("--temperature", p.temperature), ("--top-p", p.top_p)):
-        if value is not None and not math.isfinite(value):
-            problems.append(f"{name} {value} is not a finite number")
+    return problems
+
+
+def _option_problems(config: GenerateConfig) -> list[str]:
+    port = config.metrics_port
+    checks = (
+        (config.concurrency < 1, "--concurrency must be at least 1"),
+        (
+            config.dispatch not in POLICIES,
+            f"--dispatch must be one of {', '.join(POLICIES)}, not {config.dispatch!r}",
+        ),
+        (config.max_retries < 0, "--max-retries must be 0 or more"),
+        (config.request_timeout <= 0, "--request-timeout must be positive"),
+        (config.max_resends < 0, "--max-resends must be 0 or more"),
+        (
+            port is not None and not 0 <= port <= 65535,
+            f"--metrics-port {port} is not a TCP port (0-65535; 0: any free one)",
+        ),
+        (config.metrics_linger < 0, "--metrics-linger must be 0 or more"),
+    )
+    return [message for wrong, message in checks if wrong]
+
+
+def _sampling_problems(p: GenParams) -> list[str]:
+    problems = [
+        f"{name} {value} is not a finite number"
+        for name, value in (("--temperature", p.temperature), ("--top-p", p.top_p))
+        if value is not None and not math.isfinite(value)
+    ]
     if p.max_tokens is not None and p.max_tokens < 1:
         problems.append(f"--max-tokens {p.max_tokens} must be at least 1")
-    if not Path(config.input).is_file():
-        problems.append(f"input {config.input} is not a file")
-    problems += _output_problems(Path(config.output))
-    if Path(config.output).resolve() == Path(config.input).resolve():
+    return problems
+
+
+def _path_problems(input_path: Path, output: Path) -> list[str]:
+    problems = [] if input_path.is_file() else [f"input {input_path} is not a file"]
+    problems += _output_problems(output)
+    if output.resolve() == input_path.resolve():
         problems.append("the output must not be the input")
     return problems
 
@@ -234,24 +261,56 @@ class _Prepared:
 
 async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared | Outcome:
     """Validate, check the manifest, probe the endpoints, open the output; an Outcome to refuse."""
-    mpath = manifest.manifest_path(Path(config.output))
+    previous = _load_previous(config)
+    if isinstance(previous, Outcome):
+        return previous
+    scan = await _scan(config, previous)
+    if interrupt.signalled:
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    refused = _refusal(config, scan, previous)
+    if refused is not None:
+        return refused
+    live = await _preflight(config)
+    if isinstance(live, Outcome):
+        return live
+    if interrupt.signalled:
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    opened = await _open_output(config, scan)
+    if isinstance(opened, Outcome):
+        return opened
+    store, resumed, pending = opened
+    if interrupt.signalled:
+        store.close()
+        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    return _Prepared(scan, previous, store, resumed, pending, live)
+
+
+def _load_previous(config: GenerateConfig) -> manifest.Manifest | Outcome | None:
+    """The manifest of the runs before this one (None: none ran), or an Outcome when it is unreadable."""
     try:
-        previous = manifest.load(mpath)
+        return manifest.load(manifest.manifest_path(Path(config.output)))
     except manifest.ManifestError as exc:
         return Outcome(ExitCode.BAD_INPUT, f"{exc}; remove it or choose another output")
+
+
+async def _scan(config: GenerateConfig, previous: manifest.Manifest | None) -> ScanResult:
+    """Validate every line of the input (in a thread), its bytes hashed as they are read."""
     prefix = previous.input.size if previous is not None else None
     # a resume of the same job: its input was validated by an earlier run, with these settings
     same_job = previous is not None and previous.params == config.params.record()
-    scan = await asyncio.to_thread(
+    return await asyncio.to_thread(
         scan_input,
         Path(config.input),
         all_turns=config.params.turns == "all",
         prefix_size=prefix,
         trusted_sha256=previous.input.sha256 if same_job and previous is not None else None,
     )
-    if interrupt.signalled:
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-    refused = _check_previous(config, scan, previous, mpath)
+
+
+def _refusal(config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None) -> Outcome | None:
+    """Why this input, with these options, is not sent (a changed input first, then bad lines, then
+    options that do not apply to it, then another job's output); None when it is."""
+    refused = _check_previous(config, scan, previous)
     if refused is not None and refused.exit_code is ExitCode.INPUT_CHANGED:
         if scan.errors:  # the change is the news; its bad lines follow
             refused.message += f" The input now has {len(scan.errors)} bad line(s) too."
@@ -265,13 +324,14 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     unfit = _params_unfit(config, scan)
     if unfit is not None:
         return Outcome(ExitCode.BAD_INPUT, f"{unfit}; nothing was sent")
-    if refused is not None:
-        return refused
-    live = await _preflight(config)
-    if isinstance(live, Outcome):
-        return live
-    if interrupt.signalled:
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    return refused
+
+
+async def _open_output(
+    config: GenerateConfig, scan: ScanResult
+) -> tuple[OutputStore, Resumed, list[int]] | Outcome:
+    """The output opened (a torn last line cut, the ids done read) and the requests still to send;
+    an Outcome when it cannot be used."""
     store = OutputStore(Path(config.output), config.fsync_interval)
 
     def open_store() -> tuple[Resumed, list[int]]:
@@ -289,10 +349,7 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
         return Outcome(
             code, f"cannot use {config.output} as the output: {exc.strerror or exc}; nothing was sent"
         )
-    if interrupt.signalled:
-        store.close()
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-    return _Prepared(scan, previous, store, resumed, pending, live)
+    return store, resumed, pending
 
 
 def _params_unfit(config: GenerateConfig, scan: ScanResult) -> str | None:
@@ -311,10 +368,13 @@ def _params_unfit(config: GenerateConfig, scan: ScanResult) -> str | None:
 
 
 def _check_previous(
-    config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None, mpath: Path
+    config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None
 ) -> Outcome | None:
+    """Why the output belongs to another job (another input, other parameters, no manifest); None
+    when this run continues it (or starts it, or is forced)."""
     if previous is None:
         if _has_content(Path(config.output)) and not config.force:
+            mpath = manifest.manifest_path(Path(config.output))
             return Outcome(
                 ExitCode.BAD_INPUT,
                 f"{config.output} exists but has no manifest ({mpath}): "
@@ -373,76 +433,41 @@ async def _execute(
     config: GenerateConfig, prepared: _Prepared, reporter: Reporter | None, interrupt: _Interrupt
 ) -> Outcome:
     """Send the pending requests and write their results; the outcome of the run."""
-    scan, resumed = prepared.scan, prepared.resumed
-    stats = Stats(total=scan.requests, done=scan.requests - len(prepared.pending))
-    stats.prompt_tokens, stats.completion_tokens = resumed.prompt_tokens, resumed.completion_tokens
+    stats = _stats_at_start(prepared)
     writer = manifest.ManifestWriter(
-        Path(config.output), _input_info(config, scan), config.params.record(), prepared.previous
+        Path(config.output), _input_info(config, prepared.scan), config.params.record(), prepared.previous
     )
     reporter = reporter or LogReporter(sys.stdout)
     # a connection per request slot, and one each for an endpoint's health watcher and prober: a
     # request never waits for a connection (aiohttp's queue of waiters costs CPU per release)
     session = client.make_session((config.concurrency + 2) * len(config.endpoints), config.api_key)
-
-    async def probe(ep: Endpoint) -> bool:
-        return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))
-
-    pool = _make_pool(config, probe)
-    job = RequestRunner(
+    pool = _make_pool(config, session, prepared.live)
+    runner = RequestRunner(
         config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop
     )
-    for ep in pool.endpoints:
-        if ep.url not in prepared.live:  # it did not answer the preflight: the prober waits for it
-            pool.take_out(ep)
     metrics = await _start_metrics(config, stats, pool)
     if isinstance(metrics, Outcome):
         await _close(pool, session)
         return metrics
-    try:
-        writer.save(stats, "running", pool.endpoints)
-    except OSError as exc:
+    unwritable = _write_first_manifest(writer, stats, pool)
+    if unwritable is not None:
         if metrics is not None:
             await metrics.cleanup()
         await _close(pool, session)
-        code = ExitCode.DISK_FULL if is_disk_full(exc) else ExitCode.FATAL
-        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
-    batches = read_requests(Path(config.input), scan, prepared.pending, config.params)
-    with reporter:
-        background = [
-            asyncio.create_task(_report(reporter, stats, pool)),
-            asyncio.create_task(_save_manifest_every(config.manifest_interval, job, writer)),
-            asyncio.create_task(job.resend_stalled(min(0.5, config.stall_min / 4))),
-        ]
-        try:
-            await job.send_all(batches, interrupt.force)
-        except InputChanged as exc:
-            job.halt(str(exc), ExitCode.INPUT_CHANGED)
-            await job.cancel_in_flight()
-        finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await job.cancel_in_flight()
-            await _close(pool, session)
-            try:
-                prepared.store.sync()
-            except OSError as exc:
-                job.halt_on_write_error(f"the output {config.output}", exc)
-        reporter.update(stats, pool.endpoints)
-    code, status, msg = _verdict(job, stats, interrupt, prepared.store)
-    try:
-        m = writer.save(stats, status, pool.endpoints, msg)
-    except OSError as exc:
-        if is_disk_full(exc):
-            code = ExitCode.DISK_FULL
-        msg = f"{msg}; the manifest could not be updated ({exc}), the previous one is kept"
-        code, m = code if code != ExitCode.OK else ExitCode.FATAL, None
+        return unwritable
+    await _send(prepared, runner, writer, reporter, interrupt.force)
+    code, msg, m = _write_last_manifest(writer, runner, _verdict(runner, stats, interrupt, prepared.store))
     if metrics is not None:
         await _linger(config, stats, int(code), interrupt)
         await metrics.cleanup()
     return Outcome(code, msg, manifest=m)
+
+
+def _stats_at_start(prepared: _Prepared) -> Stats:
+    scan, resumed = prepared.scan, prepared.resumed
+    stats = Stats(total=scan.requests, done=scan.requests - len(prepared.pending))
+    stats.prompt_tokens, stats.completion_tokens = resumed.prompt_tokens, resumed.completion_tokens
+    return stats
 
 
 def _input_info(config: GenerateConfig, scan: ScanResult) -> manifest.InputInfo:
@@ -455,6 +480,66 @@ def _input_info(config: GenerateConfig, scan: ScanResult) -> manifest.InputInfo:
     )
 
 
+def _write_first_manifest(
+    writer: manifest.ManifestWriter, stats: Stats, pool: EndpointPool
+) -> Outcome | None:
+    """The manifest says "running" before the first request is sent; an Outcome when it cannot be written."""
+    try:
+        writer.save(stats, "running", pool.endpoints)
+    except OSError as exc:
+        code = ExitCode.DISK_FULL if is_disk_full(exc) else ExitCode.FATAL
+        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
+    return None
+
+
+async def _send(
+    prepared: _Prepared,
+    runner: RequestRunner,
+    writer: manifest.ManifestWriter,
+    reporter: Reporter,
+    force: asyncio.Event,
+) -> None:
+    """Send every pending request, the progress and the manifest kept up to date meanwhile; then
+    close the endpoints and sync the output."""
+    config, stats, pool = runner.config, runner.stats, runner.pool
+    batches = read_requests(Path(config.input), prepared.scan, prepared.pending, config.params)
+    with reporter:
+        background = [
+            asyncio.create_task(_report_every(reporter, stats, pool)),
+            asyncio.create_task(_save_manifest_every(config.manifest_interval, runner, writer)),
+            asyncio.create_task(runner.resend_stalled(min(0.5, config.stall_min / 4))),
+        ]
+        try:
+            await runner.send_all(batches, force)
+        except InputChanged as exc:
+            runner.halt(str(exc), ExitCode.INPUT_CHANGED)
+            await runner.cancel_in_flight()
+        finally:
+            await _cancel(background)
+            await runner.cancel_in_flight()
+            await _close(pool, runner.session)
+            try:
+                prepared.store.sync()
+            except OSError as exc:
+                runner.halt_on_write_error(f"the output {config.output}", exc)
+        reporter.update(stats, pool.endpoints)
+
+
+def _write_last_manifest(
+    writer: manifest.ManifestWriter, runner: RequestRunner, verdict: tuple[ExitCode, manifest.Status, str]
+) -> tuple[ExitCode, str, manifest.Manifest | None]:
+    """The manifest with the verdict; when it cannot be written, the previous one is kept and the
+    run does not end OK (exit code, message and manifest as the run ends)."""
+    code, status, msg = verdict
+    try:
+        return code, msg, writer.save(runner.stats, status, runner.pool.endpoints, msg)
+    except OSError as exc:
+        if is_disk_full(exc):
+            code = ExitCode.DISK_FULL
+        msg = f"{msg}; the manifest could not be updated ({exc}), the previous one is kept"
+        return code if code != ExitCode.OK else ExitCode.FATAL, msg, None
+
+
 async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _Interrupt) -> None:
     """Keep the metrics endpoint up ``metrics_linger`` seconds after the end, its final values and
     the exit code in it, so that a scrape after the end reads them (a signal ends the wait)."""
@@ -464,8 +549,13 @@ async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _I
             await asyncio.wait_for(interrupt.stop.wait(), config.metrics_linger)
 
 
-def _make_pool(config: GenerateConfig, probe: Callable[[Endpoint], Any]) -> EndpointPool:
-    return EndpointPool(
+def _make_pool(config: GenerateConfig, session: aiohttp.ClientSession, live: list[str]) -> EndpointPool:
+    """The endpoints, those that did not answer the preflight taken out (the prober waits for them)."""
+
+    async def probe(ep: Endpoint) -> bool:
+        return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))
+
+    pool = EndpointPool(
         config.endpoints,
         config.concurrency,
         probe,
@@ -477,6 +567,10 @@ def _make_pool(config: GenerateConfig, probe: Callable[[Endpoint], Any]) -> Endp
         watch_interval=config.watch_interval,
         affinity=PrefixAffinity() if config.dispatch == "prefix" else None,
     )
+    for ep in pool.endpoints:
+        if ep.url not in live:
+            pool.take_out(ep)
+    return pool
 
 
 async def _close(pool: EndpointPool, session: aiohttp.ClientSession) -> None:
@@ -484,17 +578,27 @@ async def _close(pool: EndpointPool, session: aiohttp.ClientSession) -> None:
     await session.close()
 
 
-async def _report(reporter: Reporter, stats: Stats, pool: EndpointPool) -> None:
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _report_every(reporter: Reporter, stats: Stats, pool: EndpointPool) -> None:
     while True:
         await asyncio.sleep(reporter.interval)
         reporter.update(stats, pool.endpoints)
 
 
-async def _save_manifest_every(interval: float, job: RequestRunner, writer: manifest.ManifestWriter) -> None:
+async def _save_manifest_every(
+    interval: float, runner: RequestRunner, writer: manifest.ManifestWriter
+) -> None:
     """The manifest on its own timer, whatever the log interval (what `job status` reads)."""
     while True:
         await asyncio.sleep(interval)
-        m = writer.build(job.stats, "running", job.pool.endpoints)
+        m = writer.build(runner.stats, "running", runner.pool.endpoints)
         saving = asyncio.ensure_future(asyncio.to_thread(manifest.save, writer.path, m))
         try:
             await asyncio.shield(saving)
@@ -504,7 +608,7 @@ async def _save_manifest_every(interval: float, job: RequestRunner, writer: mani
                 await saving
             raise
         except OSError as exc:
-            job.halt_on_write_error(f"the manifest {writer.path}", exc)
+            runner.halt_on_write_error(f"the manifest {writer.path}", exc)
             return
 
 
@@ -527,17 +631,17 @@ async def _start_metrics(config: GenerateConfig, stats: Stats, pool: EndpointPoo
 
 
 def _verdict(
-    job: RequestRunner, stats: Stats, interrupt: _Interrupt, store: OutputStore
+    runner: RequestRunner, stats: Stats, interrupt: _Interrupt, store: OutputStore
 ) -> tuple[ExitCode, manifest.Status, str]:
-    if job.fatal:
+    if runner.fatal:
         hint = {
             ExitCode.INPUT_CHANGED: "; the manifest keeps the input as it was validated: restore it and "
             "rerun, or rerun with --force to go on with the input as it is now (results already written "
             "are kept)",
             ExitCode.AUTH: "; give the right key, then rerun the same command to resume",
             ExitCode.DISK_FULL: "",  # the message says it: free some and rerun
-        }.get(job.fatal_code, "; rerun the same command to resume")
-        return job.fatal_code, "failed", f"stopped: {job.fatal}{hint}"
+        }.get(runner.fatal_code, "; rerun the same command to resume")
+        return runner.fatal_code, "failed", f"stopped: {runner.fatal}{hint}"
     if interrupt.signalled:
         return ExitCode.INTERRUPTED, "interrupted", "interrupted; rerun the same command to resume"
     if stats.failed:
