@@ -171,29 +171,41 @@ def _path_problems(input_path: Path, output: Path) -> list[str]:
 
 
 def _output_problems(output: Path) -> list[str]:
-    """Why the output (or its manifest next to it) cannot be written, found before anything is sent."""
-    problems = []
+    """Why the output (or its manifest next to it) cannot be written, found before anything is sent:
+    the first of them that exists and is not a file, or else why its directory cannot take it."""
     for path, what in ((output, "output"), (manifest.manifest_path(output), "the output's manifest")):
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            problems.append(f"{what} {path}: {exc.strerror}")
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            problems.append(f"{what} {path} is {kind}: give a file path for --output")
-    if problems:
-        return problems[:1]
+        problem = _not_a_file(path, what)
+        if problem is not None:
+            return [problem]
+    problem = _unwritable_directory(output)
+    return [] if problem is None else [problem]
+
+
+def _not_a_file(path: Path, what: str) -> str | None:
+    """Why ``path`` cannot be written as a file; None when it can (or does not exist yet)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{what} {path}: {exc.strerror}"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    return f"{what} {path} is {kind}: give a file path for --output"
+
+
+def _unwritable_directory(output: Path) -> str | None:
+    """Why ``output`` cannot be created where it goes: the nearest directory above it that exists
+    (the missing ones are created) is no directory, or not writable; None when it can."""
     parent = output.absolute().parent
-    while not parent.exists() and parent != parent.parent:  # the missing directories are created
+    while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        problems.append(f"output {output}: {parent} is not a directory")
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        problems.append(f"output {output}: cannot write in {parent} (permission denied)")
-    return problems
+        return f"output {output}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"output {output}: cannot write in {parent} (permission denied)"
+    return None
 
 
 class _Interrupt:
