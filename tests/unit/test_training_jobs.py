@@ -13,6 +13,7 @@ import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import _training as training
+from sglfleet.host import _procfs as procfs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,9 +99,9 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = 50
-        while training.process_alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
+        while procfs.alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
             deadline -= 1
             time.sleep(0.1)
-        assert not training.process_alive(zombie.pid)
+        assert not procfs.alive(zombie.pid)
     finally:
         zombie.wait()
