@@ -80,6 +80,11 @@ def test_module_finds_the_job_and_changes_nothing(
     result = run_module("training_jobs", {"patterns": [f"run={marker}"]}, tmp_path, check=True)
     assert result["changed"] is False
     assert result["targets"] == [f"process {proc.pid}"]
+    assert result["alive"] == {"units": [], "pids": []}
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    look = run_module("training_jobs", {"pids": [proc.pid, gone.pid]}, tmp_path)
+    assert look["alive"] == {"units": [], "pids": [proc.pid]}  # structured: no string to split again
     bad = run_module("training_jobs", {"patterns": ["("]}, tmp_path)
     assert bad["failed"] and "not a regular expression" in bad["msg"]
 
@@ -95,7 +100,8 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     alive = training.still_alive(["train.service"], [proc.pid, gone.pid], systemctl=lambda argv: show)
-    assert alive == ["unit train.service deactivating", f"pid {proc.pid}"]
+    assert [(u.Id, u.ActiveState) for u in alive.units] == [("train.service", "deactivating")]
+    assert alive.pids == (proc.pid,) and not alive.gone
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = 50

@@ -4,7 +4,8 @@
 line matches one of the patterns (what `pgrep --full` matches: the arguments joined by spaces; its
 own process and ancestors are left out, as `pgrep --ignore-ancestors` does). A process that runs
 inside one of the running units is stopped with its unit, so it is not listed on its own.
-Nothing here changes the host; systemd and /proc are read through `sglfleet.host`.
+`still_alive()` says what of a stopped job still runs (its units and pids, as data). Nothing here
+changes the host; systemd and /proc are read through `sglfleet.host`.
 """
 
 from __future__ import annotations
@@ -78,6 +79,22 @@ class TrainingJob(BaseModel):
         }
 
 
+class Alive(BaseModel):
+    """What of a stopped training job still runs (nothing once it is gone)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    units: tuple[TrainingUnit, ...] = ()
+    pids: tuple[int, ...] = ()
+
+    @property
+    def gone(self) -> bool:
+        return not self.units and not self.pids
+
+    def as_dict(self) -> dict[str, object]:
+        return {"units": [u.model_dump(exclude={"name"}) for u in self.units], "pids": list(self.pids)}
+
+
 class PatternError(ValueError):
     """A pattern is not a regular expression; the message names it."""
 
@@ -146,14 +163,16 @@ def still_alive(
     *,
     systemctl: systemd.Systemctl = systemd.query,
     proc: Path = procfs.PROC,
-) -> list[str]:
-    """What of a stopped training job is still alive: "unit NAME STATE" and "pid PID" entries.
+) -> Alive:
+    """What of a stopped training job is still alive: its running units and its live processes.
 
     A unit whose main process exited and that waits to be restarted counts as gone (the stop cancels
     that restart); so does a zombie process.
     """
-    out = [f"unit {u.Id} {u.ActiveState}" for u in units(unit_names, systemctl) if u.running]
-    return out + [f"pid {pid}" for pid in pids if procfs.alive(pid, proc)]
+    return Alive(
+        units=tuple(u for u in units(unit_names, systemctl) if u.running),
+        pids=tuple(pid for pid in pids if procfs.alive(pid, proc)),
+    )
 
 
 def discover(
