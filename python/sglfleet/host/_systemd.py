@@ -68,11 +68,8 @@ def show(units: Sequence[str], props: Iterable[str], systemctl: Systemctl = quer
 
 def list_units(pattern: str, *, states: Sequence[str] = (), systemctl: Systemctl = query) -> list[str]:
     """The names of the units systemd has loaded that match `pattern`: every one, or those in `states`."""
-    which = [f"--state={','.join(states)}"] if states else ["--all"]
-    if states:
-        argv = ["systemctl", "list-units", "--plain", "--no-legend", "--full", *which, pattern]
-    else:
-        argv = ["systemctl", "list-units", *which, "--plain", "--no-legend", "--full", pattern]
+    which = f"--state={','.join(states)}" if states else "--all"
+    argv = ["systemctl", "list-units", which, "--plain", "--no-legend", "--full", pattern]
     return [line.split()[0] for line in systemctl(argv).splitlines() if line.split()]
 
 
