@@ -57,8 +57,6 @@ GPU_VARIABLES = ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
 #: systemd states in which an instance's server runs (or is about to answer).
 RUNNING_STATES = frozenset({"active", "reloading"})
 
-_ENV_NAME_RE = systemd.ENV_NAME_RE
-
 
 class InstanceModel(BaseModel):
     """The model one instance serves, where it differs from the fleet's."""
@@ -281,9 +279,9 @@ def _environment_problems(spec: FleetSpec) -> list[str]:
     """Variable names systemd accepts, and none of those the fleet writes itself."""
     v = spec.var
     out = []
-    if spec.api_key_variable and not _ENV_NAME_RE.match(spec.api_key_variable):
+    if spec.api_key_variable and not systemd.ENV_NAME_RE.match(spec.api_key_variable):
         out.append(f"api_key_variable {spec.api_key_variable!r} is not a variable name.")
-    bad_names = [k for k in spec.environment if not _ENV_NAME_RE.match(k)]
+    bad_names = [k for k in spec.environment if not systemd.ENV_NAME_RE.match(k)]
     if bad_names:
         out.append(f"{v('environment')} keys must be variable names: {json.dumps(bad_names)}.")
     if ours := [k for k in GPU_VARIABLES if k in spec.environment]:

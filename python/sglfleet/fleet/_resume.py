@@ -341,9 +341,6 @@ def dropin_text(environment: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 class LaunchPlan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -385,7 +382,7 @@ def launch_plan(
     values = {"dataset": dataset, "checkpoint": checkpoint}
     env = {}
     for name, template in environment.items():
-        if not _ENV_NAME.match(name):
+        if not systemd.ENV_NAME_RE.match(name):
             raise ResumeError(f"training_resume_environment: {name!r} is not an environment variable name")
         env[name] = render(str(template), values, f"training_resume_environment.{name}")
     if units:
