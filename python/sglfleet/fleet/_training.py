@@ -87,10 +87,6 @@ class Alive(BaseModel):
     units: tuple[TrainingUnit, ...] = ()
     pids: tuple[int, ...] = ()
 
-    @property
-    def gone(self) -> bool:
-        return not self.units and not self.pids
-
     def as_dict(self) -> dict[str, object]:
         return {"units": [u.model_dump(exclude={"name"}) for u in self.units], "pids": list(self.pids)}
 
