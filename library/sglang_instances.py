@@ -1,5 +1,6 @@
 #!/usr/bin/python
-"""Ansible module sglang_instances: a thin adapter over sglfleet.fleet._instances."""
+"""Ansible module sglang_instances: a thin adapter over sglfleet.fleet._instances (the layout),
+_instances_observe (the host) and _instances_plan (the plan and the write)."""
 
 from __future__ import annotations
 
@@ -264,6 +265,8 @@ from ansible.module_utils.sglfleet_deps import SGLFLEET
 with SGLFLEET:
     from sglfleet.fleet import _gpus as sgl_gpus
     from sglfleet.fleet import _instances as sgl_instances
+    from sglfleet.fleet import _instances_observe as sgl_observe
+    from sglfleet.fleet import _instances_plan as sgl_plan
 
 _MASK = "********"
 # The module's words for "the sglang phase's decision" and "no flag" -> FleetSpec's "" and None.
@@ -351,8 +354,8 @@ def main():
     problems = sgl_instances.problems(spec, gpus)
     if problems:
         module.fail_json(msg=" ".join(problems), problems=problems)
-    observed = sgl_instances.observe(spec, gpus)
-    plan = sgl_instances.plan(spec, gpus, observed)
+    observed = sgl_observe.observe(spec, gpus)
+    plan = sgl_plan.plan(spec, gpus, observed)
     runtime = observed.runtime
     result = {
         "changed": False,
@@ -367,7 +370,7 @@ def main():
     }
     if params["state"] == "present":
         try:
-            changes = sgl_instances.write_env_files(
+            changes = sgl_plan.write_env_files(
                 plan, Path(spec.config_dir), secret=bool(spec.api_key), check_mode=module.check_mode
             )
         except OSError as exc:

@@ -13,8 +13,8 @@ description:
     module's own process and its ancestors are left out.
   - A matching process that runs inside one of the running units is not listed on its own (it is
     stopped with its unit).
-  - With I(pids), also says which of the running I(units) and of these processes are still alive
-    (C(alive)), which is what a caller waits on after it stopped the job.
+  - Also says which of the running I(units) and of the I(pids) are still alive (C(alive), with C(units) and
+    C(pids), both empty once the job is gone), which is what a caller waits on after it stopped the job.
   - Changes nothing; C(changed) is always false.
   - Needs the C(sglfleet) Python package on the target.
 version_added: "0.2.0"
@@ -51,6 +51,15 @@ EXAMPLES = r"""
     units: [train.service]
     patterns: ['torchrun .*train\.py']
   register: job
+
+- name: Wait until the job that was stopped is gone
+  training_jobs:
+    units: "{{ job.running_units | map(attribute='Id') | list }}"
+    pids: "{{ job.processes | map(attribute='pid') | list }}"
+  register: left
+  until: left.alive.units | length == 0 and left.alive.pids | length == 0
+  retries: 30
+  delay: 2
 """
 
 RETURN = r"""
@@ -73,16 +82,28 @@ loaded_units:
   type: list
   elements: str
 targets:
-  description: "What would be stopped: C(unit NAME) and C(process PID) entries."
+  description: "What would be stopped, in words for messages: C(unit NAME) and C(process PID) entries."
   returned: always
   type: list
   elements: str
 alive:
-  description: "What is still alive: C(unit NAME STATE) for a running unit, C(pid PID) for a live pid."
+  description: What of I(units) and I(pids) is still alive; both lists are empty once the job is gone.
   returned: always
-  type: list
-  elements: str
-  sample: ["unit train.service deactivating", "pid 4343"]
+  type: dict
+  contains:
+    units:
+      description: >-
+        The units of I(units) that are still active, activating, deactivating or reloading (a unit that
+        waits to be restarted counts as gone: a stop cancels that restart).
+      type: list
+      elements: dict
+      sample: [{Id: train.service, LoadState: loaded, ActiveState: deactivating, MainPID: 4242,
+                UnitFileState: enabled}]
+    pids:
+      description: The I(pids) whose process still runs (a zombie counts as gone).
+      type: list
+      elements: int
+      sample: [4343]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -107,7 +128,7 @@ def main():
     except sgl_training.PatternError as exc:
         module.fail_json(msg=str(exc))
     alive = sgl_training.still_alive(module.params["units"], module.params["pids"])
-    module.exit_json(changed=False, alive=alive, **job.as_dict())
+    module.exit_json(changed=False, alive=alive.as_dict(), **job.as_dict())
 
 
 if __name__ == "__main__":

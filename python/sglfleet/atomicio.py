@@ -3,6 +3,8 @@
 `atomic_write(path)` writes one file; `atomic_writes(paths)` writes several that belong together
 (a data set and its report): every one is written, flushed and closed before the first rename, so a
 full disk or any other error leaves all of them as they were, with no temporary file behind.
+A temporary file is 0600 from its birth until it is renamed (then `mode`, 0644 unless told: 0600 for a
+file that holds a secret, which is then never readable by others, whatever the file it replaces was).
 A temporary file is named `.NAME.PID.XXXXXXXX.tmp`: `remove_stale_temporaries` removes those of
 writers killed before they could clean up (`kill -9`), and only those.
 """
@@ -50,11 +52,14 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def atomic_writes(paths: Sequence[Path], *, durable: bool = False) -> Iterator[list[BinaryIO]]:
+def atomic_writes(
+    paths: Sequence[Path], *, durable: bool = False, mode: int = 0o644
+) -> Iterator[list[BinaryIO]]:
     """Yield one binary file per path; on success each replaces its path, on an exception none does.
 
     `durable`: fsync each file before the renames and the directories after them, so that the new
-    content (not just "old or new") survives a power loss once this returns.
+    content (not just "old or new") survives a power loss once this returns. `mode`: the files' mode
+    (each is 0600 while it is written, whatever `mode` says).
     """
     temps: list[str] = []
     handles: list[BinaryIO] = []
@@ -71,7 +76,7 @@ def atomic_writes(paths: Sequence[Path], *, durable: bool = False) -> Iterator[l
                 os.fsync(handle.fileno())
             handle.close()
         for tmp in temps:
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, mode)
         for tmp, path in zip(temps, paths, strict=True):
             os.replace(tmp, path)
     except BaseException:
@@ -92,7 +97,13 @@ def atomic_writes(paths: Sequence[Path], *, durable: bool = False) -> Iterator[l
 
 
 @contextlib.contextmanager
-def atomic_write(path: Path, *, durable: bool = False) -> Iterator[BinaryIO]:
+def atomic_write(path: Path, *, durable: bool = False, mode: int = 0o644) -> Iterator[BinaryIO]:
     """Yield a binary file; on success it replaces `path`, on an exception `path` is left untouched."""
-    with atomic_writes([path], durable=durable) as (handle,):
+    with atomic_writes([path], durable=durable, mode=mode) as (handle,):
         yield handle
+
+
+def write_text(path: Path, text: str, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `text` (UTF-8) at once: `atomic_write` for a small file written whole."""
+    with atomic_write(path, durable=durable, mode=mode) as fh:
+        fh.write(text.encode())

@@ -15,6 +15,7 @@ from generate_support import assert_exactly_once, fleet, write_conversations
 
 from sglfleet.gen import _job as job
 from sglfleet.gen._manifest import load, manifest_path
+from sglfleet.host import _systemd as systemd
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,7 +99,8 @@ def test_env_file_holds_the_key_with_mode_0600(tmp_path: Path) -> None:
     spec.env_file.write_text("old\n")
     spec.env_file.chmod(0o644)  # a file left world-readable before: made 0600 again
     job.write_env(spec)
-    assert spec.env_file.read_text() == "SGLFLEET_API_KEY='s3cret value'\n"
+    assert spec.env_file.read_text() == 'SGLFLEET_API_KEY="s3cret value"\n'
+    assert systemd.read_env_file(spec.env_file).values == {"SGLFLEET_API_KEY": "s3cret value"}
     assert stat.S_IMODE(spec.env_file.stat().st_mode) == 0o600
 
 
@@ -107,8 +109,7 @@ def test_the_units_command_with_its_env_file_authenticates(tmp_path: Path) -> No
         spec = _spec(tmp_path, [servers[0].base_url], api_key="k3y")
         ids = write_conversations(spec.input, 10)
         job.write_env(spec)
-        env = dict(line.split("=", 1) for line in spec.env_file.read_text().splitlines())
-        env = {k: v.strip("'") for k, v in env.items()}
+        env = systemd.read_env_file(spec.env_file).values  # what systemd hands the unit's process
         proc = subprocess.run(
             spec.command(), capture_output=True, text=True, timeout=30, check=False, env={**os.environ, **env}
         )

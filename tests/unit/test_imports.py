@@ -24,7 +24,7 @@ def imported_after(statement: str) -> set[str]:
         "from sglfleet.fleet import _ledger",  # fleet_ledger
         "from sglfleet.fleet import _gpus",  # gpu_facts
         "from sglfleet.fleet import _training",  # training_jobs
-        "from sglfleet.fleet import _gpus, _instances",  # sglang_instances
+        "from sglfleet.fleet import _gpus, _instances_observe, _instances_plan",  # sglang_instances
         "from sglfleet.data import merge",  # merge runs without numpy
     ],
 )

@@ -1,4 +1,5 @@
-"""Instance planning (sglfleet.fleet._instances) and the module sglang_instances, without the lab."""
+"""Instance planning (sglfleet.fleet._instances, _instances_observe, _instances_plan) and the module
+sglang_instances, without the lab."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import _instances as inst
+from sglfleet.fleet import _instances_observe as obs
+from sglfleet.fleet import _instances_plan as plan_mod
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,11 +32,11 @@ def spec(**kw: object) -> inst.FleetSpec:
     return inst.FleetSpec(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def observed(units: dict[int, tuple[str, str]] | None = None, **kw: object) -> inst.Observed:
+def observed(units: dict[int, tuple[str, str]] | None = None, **kw: object) -> obs.Observed:
     states = {
-        i: inst.UnitState(index=i, active=a, pid=100 + i, digest=d) for i, (a, d) in (units or {}).items()
+        i: obs.UnitState(index=i, active=a, pid=100 + i, digest=d) for i, (a, d) in (units or {}).items()
     }
-    return inst.Observed(existing=tuple(sorted(states)), units=states, **kw)  # type: ignore[arg-type]
+    return obs.Observed(existing=tuple(sorted(states)), units=states, **kw)  # type: ignore[arg-type]
 
 
 def test_gpu_lists_give_cuda_visible_devices_and_tp_size_and_models_per_instance() -> None:
@@ -107,7 +110,7 @@ def test_count_follows_gpu_ids_then_the_gpus_found() -> None:
 
 def test_plan_starts_rolls_and_retires() -> None:
     fleet = spec(instances=3)
-    first = inst.plan(fleet, EIGHT, observed())
+    first = plan_mod.plan(fleet, EIGHT, observed())
     assert (first.to_start, first.to_roll, first.to_retire) == ([0, 1, 2], [], ())
     want = [p.digest for p in first.instances]
     # 0 runs the planned configuration, 1 another one, 2 crashed; 3 and 4 are beyond the count.
@@ -120,7 +123,7 @@ def test_plan_starts_rolls_and_retires() -> None:
             4: ("inactive", ""),
         }
     )
-    p = inst.plan(fleet, EIGHT, now)
+    p = plan_mod.plan(fleet, EIGHT, now)
     assert (p.to_start, p.to_roll, p.to_retire) == ([2], [1], (3, 4))
     assert p.as_dict("127.0.0.1")["urls"] == [
         "http://127.0.0.1:30000",
@@ -131,25 +134,25 @@ def test_plan_starts_rolls_and_retires() -> None:
 
 def test_digest_covers_what_the_server_runs() -> None:
     fleet = spec(instances=1, model_path="/srv/models/m")
-    base = inst.RuntimeInputs(venv="v1", common_env="CUDA_HOME=/opt/cuda\n", models={"/srv/models/m": "m1"})
-    digest = inst.plan(fleet, EIGHT, observed(runtime=base)).instances[0].digest
+    base = obs.RuntimeInputs(venv="v1", common_env="CUDA_HOME=/opt/cuda\n", models={"/srv/models/m": "m1"})
+    digest = plan_mod.plan(fleet, EIGHT, observed(runtime=base)).instances[0].digest
 
     def with_(**kw: object) -> str:
         runtime = base.model_copy(update=kw)
-        return inst.plan(fleet, EIGHT, observed(runtime=runtime)).instances[0].digest
+        return plan_mod.plan(fleet, EIGHT, observed(runtime=runtime)).instances[0].digest
 
     assert with_() == digest
     assert with_(venv="v2") != digest  # a new sglang or torch in the venv
     assert with_(common_env="CUDA_HOME=/opt/cuda-13.3\n") != digest
     assert with_(models={"/srv/models/m": "m2"}) != digest  # a new snapshot of the model
     assert (
-        inst.plan(fleet.model_copy(update={"unit_text": "x"}), EIGHT, observed(runtime=base))
+        plan_mod.plan(fleet.model_copy(update={"unit_text": "x"}), EIGHT, observed(runtime=base))
         .instances[0]
         .digest
         != digest
     )
     assert (
-        inst.plan(fleet.model_copy(update={"context_length": 8}), EIGHT, observed(runtime=base))
+        plan_mod.plan(fleet.model_copy(update={"context_length": 8}), EIGHT, observed(runtime=base))
         .instances[0]
         .digest
         != digest
@@ -166,12 +169,12 @@ def test_a_fleet_written_before_the_pci_bus_order_rolls_once() -> None:
         def env_body(self) -> str:
             return super().env_body().replace("CUDA_DEVICE_ORDER=PCI_BUS_ID\n", "")
 
-    planned = inst.plan(fleet, EIGHT, observed()).instances
-    old = [inst.digest(Before(**p.spec.model_dump()), fleet.unit_text, runtime) for p in planned]
+    planned = plan_mod.plan(fleet, EIGHT, observed()).instances
+    old = [plan_mod.digest(Before(**p.spec.model_dump()), fleet.unit_text, runtime) for p in planned]
     assert old[0] != planned[0].digest
-    before = inst.plan(fleet, EIGHT, observed({0: ("active", old[0]), 1: ("active", old[1])}))
+    before = plan_mod.plan(fleet, EIGHT, observed({0: ("active", old[0]), 1: ("active", old[1])}))
     assert before.to_roll == [0, 1]
-    after = inst.plan(fleet, EIGHT, observed({i: ("active", p.digest) for i, p in enumerate(planned)}))
+    after = plan_mod.plan(fleet, EIGHT, observed({i: ("active", p.digest) for i, p in enumerate(planned)}))
     assert (after.to_start, after.to_roll) == ([], [])
 
 
@@ -181,28 +184,29 @@ def test_the_venv_fingerprint_follows_a_version_bump(tmp_path: Path) -> None:
     (site / "sglang-0.5.12.dist-info/RECORD").write_text("sglang/__init__.py,sha256=a,1\n")
     (site / "torch-2.11.0.dist-info").mkdir()
     (site / "torch-2.11.0.dist-info/RECORD").write_text("torch/__init__.py,sha256=b,1\n")
-    before = inst.runtime_inputs(tmp_path / "venv", tmp_path / "common.env", [])
+    before = obs.runtime_inputs(tmp_path / "venv", tmp_path / "common.env", [])
     assert (before.version_of("sglang"), before.version_of("torch")) == ("0.5.12", "2.11.0")
     assert not before.common_env_exists
     (site / "sglang-0.5.12.dist-info").rename(site / "sglang-0.5.13.dist-info")
-    after = inst.runtime_inputs(tmp_path / "venv", tmp_path / "common.env", [])
+    after = obs.runtime_inputs(tmp_path / "venv", tmp_path / "common.env", [])
     assert after.version_of("sglang") == "0.5.13" and after.venv != before.venv
 
 
 def test_the_backend_is_the_sglang_phases_decision_unless_the_inventory_says(tmp_path: Path) -> None:
     env = tmp_path / "common.env"
     env.write_text("# Managed\nCUDA_HOME=/opt/cuda-13.2\nSGLANG_ATTENTION_BACKEND=fa3\n")
-    runtime = inst.runtime_inputs(tmp_path, env, [])
+    runtime = obs.runtime_inputs(tmp_path, env, [])
     assert runtime.recorded_backend == "fa3"
     fleet = spec(instances=1, common_env_file=str(env))
-    assert inst.resolve_backend(fleet, runtime)[0] == "fa3"
+    assert plan_mod.resolve_backend(fleet, runtime)[0] == "fa3"
     assert (
-        inst.resolve_backend(fleet.model_copy(update={"attention_backend": "triton"}), runtime)[0] == "triton"
+        plan_mod.resolve_backend(fleet.model_copy(update={"attention_backend": "triton"}), runtime)[0]
+        == "triton"
     )
-    assert inst.resolve_backend(fleet.model_copy(update={"attention_backend": None}), runtime)[0] is None
-    assert inst.resolve_backend(fleet, inst.RuntimeInputs())[0] is None
+    assert plan_mod.resolve_backend(fleet.model_copy(update={"attention_backend": None}), runtime)[0] is None
+    assert plan_mod.resolve_backend(fleet, obs.RuntimeInputs())[0] is None
     assert "--attention-backend fa3" in " ".join(
-        inst.plan(fleet, EIGHT, observed(runtime=runtime)).instances[0].spec.args
+        plan_mod.plan(fleet, EIGHT, observed(runtime=runtime)).instances[0].spec.args
     )
 
 
@@ -211,7 +215,7 @@ def test_listeners_name_who_holds_a_port() -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        (found,) = inst.listeners([port])
+        (found,) = obs.listeners([port])
     assert found.port == port and not found.ours
     assert found.describe().startswith(f"{port}: pid {os.getpid()} (")
 
@@ -225,7 +229,7 @@ def test_a_socket_no_process_here_holds_belongs_to_the_host(tmp_path: Path) -> N
         "   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1\n"
     )
     (tmp_path / "net/tcp").write_text(header + row)
-    (found,) = inst.listeners([30000], proc=tmp_path)
+    (found,) = obs.listeners([30000], proc=tmp_path)
     assert found.describe() == "30000: a process this host cannot see (the host or another container)"
 
 
@@ -236,8 +240,8 @@ def test_unit_states_read_systemd_and_the_process_digest(tmp_path: Path) -> None
         "Id=sglang@0.service\nActiveState=active\nMainPID=77\nUnitFileState=enabled\n\n"
         "Id=sglang@1.service\nActiveState=inactive\nMainPID=0\nUnitFileState=disabled\n"
     )
-    states = inst.unit_states([0, 1], systemctl=lambda argv: out, proc=tmp_path)
-    assert states[0] == inst.UnitState(index=0, active="active", pid=77, enabled="enabled", digest="d1")
+    states = obs.unit_states([0, 1], systemctl=lambda argv: out, proc=tmp_path)
+    assert states[0] == obs.UnitState(index=0, active="active", pid=77, enabled="enabled", digest="d1")
     assert states[1].active == "inactive" and states[1].digest == ""
 
 
@@ -314,7 +318,7 @@ def test_existing_instances_come_from_systemd_enablement_and_env_files(tmp_path:
     (tmp_path / "systemd/multi-user.target.wants").mkdir(parents=True)
     (tmp_path / "systemd/multi-user.target.wants/sglang@7.service").touch()
     listed = "sglang@0.service loaded active running SGLang server, instance 0\nsglang@x.service\n"
-    found = inst.existing_instances(tmp_path / "etc", lambda argv: listed, etc_systemd=tmp_path / "systemd")
+    found = obs.existing_instances(tmp_path / "etc", lambda argv: listed, etc_systemd=tmp_path / "systemd")
     assert found == [0, 7, 9]
 
 

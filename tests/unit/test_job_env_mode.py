@@ -21,4 +21,5 @@ def test_an_existing_env_file_becomes_0600_before_the_key_is_written(tmp_path: P
     spec.env_file.chmod(mode | stat.S_IWUSR)  # writable by its owner, as root's files are
     job.write_env(spec)
     assert stat.S_IMODE(spec.env_file.stat().st_mode) == 0o600
-    assert spec.env_file.read_text() == "SGLFLEET_API_KEY=s3cret\n"
+    assert spec.env_file.read_text() == 'SGLFLEET_API_KEY="s3cret"\n'
+    assert list(spec.env_dir.iterdir()) == [spec.env_file]  # no temporary file left behind

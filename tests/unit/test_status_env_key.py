@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sglfleet.fleet import _status as status
 
 
@@ -24,3 +26,12 @@ def test_the_key_comes_from_sglang_fleet_api_key(tmp_path: Path) -> None:
 def test_no_key_anywhere_is_none(tmp_path: Path) -> None:
     _env(tmp_path / "instance-0.env", 0, "")
     assert status.layout_from_env_dir(tmp_path).api_key is None
+
+
+def test_the_env_file_is_read_as_systemd_reads_it(tmp_path: Path) -> None:
+    # systemd ignores `export NAME=` (no variable name), so the instance never got this key
+    _env(tmp_path / "instance-0.env", 0, "export SGLANG_FLEET_API_KEY=k\n")
+    assert status.layout_from_env_dir(tmp_path).api_key is None
+    _env(tmp_path / "instance-0.env", 0, 'SGLANG_FLEET_API_KEY="open\n')
+    with pytest.raises(ValueError, match=r"instance-0.env:4: the quote opened here is not closed"):
+        status.layout_from_env_dir(tmp_path)

@@ -13,6 +13,7 @@ import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import _training as training
+from sglfleet.host import _procfs as procfs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -79,6 +80,11 @@ def test_module_finds_the_job_and_changes_nothing(
     result = run_module("training_jobs", {"patterns": [f"run={marker}"]}, tmp_path, check=True)
     assert result["changed"] is False
     assert result["targets"] == [f"process {proc.pid}"]
+    assert result["alive"] == {"units": [], "pids": []}
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    look = run_module("training_jobs", {"pids": [proc.pid, gone.pid]}, tmp_path)
+    assert look["alive"] == {"units": [], "pids": [proc.pid]}  # structured: no string to split again
     bad = run_module("training_jobs", {"patterns": ["("]}, tmp_path)
     assert bad["failed"] and "not a regular expression" in bad["msg"]
 
@@ -94,13 +100,14 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     alive = training.still_alive(["train.service"], [proc.pid, gone.pid], systemctl=lambda argv: show)
-    assert alive == ["unit train.service deactivating", f"pid {proc.pid}"]
+    assert [(u.Id, u.ActiveState) for u in alive.units] == [("train.service", "deactivating")]
+    assert alive.pids == (proc.pid,)
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = 50
-        while training.process_alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
+        while procfs.alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
             deadline -= 1
             time.sleep(0.1)
-        assert not training.process_alive(zombie.pid)
+        assert not procfs.alive(zombie.pid)
     finally:
         zombie.wait()

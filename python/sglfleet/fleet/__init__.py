@@ -24,17 +24,9 @@ if TYPE_CHECKING:
         endpoints_from_range,
         endpoints_from_urls,
     )
-    from sglfleet.fleet._instances import (
-        ATTENTION_BACKENDS,
-        FleetSpec,
-        GpuInventory,
-        InstanceSpec,
-        Observed,
-        Plan,
-        observe,
-        plan,
-        write_env_files,
-    )
+    from sglfleet.fleet._instances import ATTENTION_BACKENDS, FleetSpec, GpuInventory, InstanceSpec
+    from sglfleet.fleet._instances_observe import Observed, observe
+    from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
     from sglfleet.fleet._ledger import (
         PHASES,
         STATUSES,
@@ -66,11 +58,11 @@ _EXPORTS = {
     "FleetSpec": "_instances",
     "GpuInventory": "_instances",
     "InstanceSpec": "_instances",
-    "Observed": "_instances",
-    "Plan": "_instances",
-    "observe": "_instances",
-    "plan": "_instances",
-    "write_env_files": "_instances",
+    "Observed": "_instances_observe",
+    "Plan": "_instances_plan",
+    "observe": "_instances_observe",
+    "plan": "_instances_plan",
+    "write_env_files": "_instances_plan",
     "PHASES": "_ledger",
     "STATUSES": "_ledger",
     "Ledger": "_ledger",

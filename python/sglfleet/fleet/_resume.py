@@ -31,7 +31,7 @@ import os
 import re
 import shlex
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -39,8 +39,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from sglfleet.fleet import _gpus as gpu_mod
-from sglfleet.fleet import _instances as inst_mod
+from sglfleet.fleet import _instances_observe as inst_mod
 from sglfleet.fleet import _training as training_mod
+from sglfleet.host import _procfs as procfs
+from sglfleet.host import _systemd as systemd
 
 #: Where a file that was in the dataset's place goes: ``<name>.kept-<time>-<hash>``.
 KEPT_INFIX = ".kept-"
@@ -192,12 +194,10 @@ class FleetPlan(BaseModel):
         return data
 
 
-def _active_generation_units(systemctl: Callable[[Sequence[str]], str]) -> list[str]:
-    out = systemctl(
-        ["systemctl", "list-units", "--plain", "--no-legend", "--full", "--state=active,activating,reloading",
-         GENERATION_UNIT_GLOB]
-    )  # fmt: skip
-    return [line.split()[0] for line in out.splitlines() if line.split()]
+def _active_generation_units(systemctl: systemd.Systemctl) -> list[str]:
+    return systemd.list_units(
+        GENERATION_UNIT_GLOB, states=("active", "activating", "reloading"), systemctl=systemctl
+    )
 
 
 def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
@@ -206,7 +206,7 @@ def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
     gpus: set[int] = set()
     for i in indices:
         try:
-            values = inst_mod.parse_env_file((config_dir / f"instance-{i}.env").read_text())
+            values = systemd.read_env_file(config_dir / f"instance-{i}.env").values
         except OSError:
             continue
         for word in values.get("CUDA_VISIBLE_DEVICES", "").split(","):
@@ -220,8 +220,8 @@ def fleet_plan(
     keep: Sequence[int],
     *,
     allow_running_jobs: bool = False,
-    systemctl: Callable[[Sequence[str]], str] = inst_mod._run,
-    proc: Path = Path("/proc"),
+    systemctl: systemd.Systemctl = systemd.query,
+    proc: Path = procfs.PROC,
 ) -> FleetPlan:
     """Stop every instance but `keep`; refuse while a generation job runs, unless allowed."""
     config_dir = Path(config_dir)
@@ -306,12 +306,9 @@ def _systemd_dollar(value: str) -> str:
 
 
 _ENV_FILE_SHOWN = re.compile(r"^EnvironmentFiles=(.*) \(ignore_errors=(yes|no)\)$")
-_ENV_FILE_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
 
 
-def environment_file_overrides(
-    unit: str, names: Sequence[str], systemctl: Callable[[Sequence[str]], str]
-) -> list[str]:
+def environment_file_overrides(unit: str, names: Sequence[str], systemctl: systemd.Systemctl) -> list[str]:
     """Which of `names` the unit's EnvironmentFile= files set ("<file> sets <NAME>"): those files override
     Environment= (systemd.exec(5)), so a drop-in's value for such a name would never reach the job."""
     out = systemctl(["systemctl", "show", "--property=EnvironmentFiles", unit])
@@ -323,13 +320,10 @@ def environment_file_overrides(
         paths = sorted(glob.glob(match[1])) if glob.has_magic(match[1]) else [match[1]]
         for path in paths:
             try:
-                text = Path(path).read_text(errors="replace")
+                env_file = systemd.read_env_file(Path(path))
             except OSError:
                 continue  # a file that is not there sets nothing (systemd fails the start itself unless "-")
-            for number, entry in enumerate(text.splitlines(), 1):
-                name = _ENV_FILE_NAME.match(entry)
-                if name and name[1] in names:
-                    found.append(f"{path}:{number} sets {name[1]}")
+            found += [f"{path}:{a.line} sets {a.name}" for a in env_file.assignments if a.name in names]
     return found
 
 
@@ -345,9 +339,6 @@ def dropin_text(environment: Mapping[str, str]) -> str:
     ]
     lines += [f'Environment="{_systemd_quote(f"{k}={v}")}"' for k, v in sorted(environment.items())]
     return "\n".join(lines) + "\n"
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class LaunchPlan(BaseModel):
@@ -384,14 +375,14 @@ def launch_plan(
     checkpoint: str,
     transient_unit: str = DEFAULT_TRANSIENT_UNIT,
     dropin_name: str = "50-sglfleet-training-resume.conf",
-    systemctl: Callable[[Sequence[str]], str] = training_mod._run,
+    systemctl: systemd.Systemctl = systemd.query,
 ) -> LaunchPlan:
     """Units (with a drop-in Environment=) when there are any; else the command as a transient unit;
     neither (phase training_stop stopped no job, and no command is given): nothing to start."""
     values = {"dataset": dataset, "checkpoint": checkpoint}
     env = {}
     for name, template in environment.items():
-        if not _ENV_NAME.match(name):
+        if not systemd.ENV_NAME_RE.match(name):
             raise ResumeError(f"training_resume_environment: {name!r} is not an environment variable name")
         env[name] = render(str(template), values, f"training_resume_environment.{name}")
     if units:
@@ -437,7 +428,7 @@ def launch_plan(
         words = shlex.split(rendered)
     except ValueError as exc:
         raise ResumeError(f"training_resume_command: {exc}: {command!r}") from None
-    transient = training_mod.unit_name(transient_unit)
+    transient = systemd.unit_name(transient_unit)
     state = training_mod.units([transient], systemctl)[0]
     # KillSignal=SIGTERM is systemd's default, said explicitly; KillMode=mixed sends it to the main process
     # (torchrun) alone, which forwards it to its ranks, instead of to every process of the unit at once.
@@ -494,17 +485,15 @@ class JobLook(BaseModel):
     log_lines: int = 0
 
 
-def _show(units: Sequence[str], systemctl: Callable[[Sequence[str]], str]) -> dict[str, dict[str, str]]:
-    if not units:
-        return {}
-    out = systemctl(
-        ["systemctl", "show", "--property=Id,ActiveState,MainPID,NRestarts,ActiveEnterTimestampMonotonic,"
-         "InvocationID", *units]
-    )  # fmt: skip
-    blocks = [
-        dict(line.split("=", 1) for line in b.splitlines() if "=" in line) for b in out.strip().split("\n\n")
-    ]
-    return {u: (blocks[i] if i < len(blocks) else {}) for i, u in enumerate(units)}
+#: What `look` reads of each unit of the resumed job.
+_LOOK_PROPERTIES = (
+    "Id",
+    "ActiveState",
+    "MainPID",
+    "NRestarts",
+    "ActiveEnterTimestampMonotonic",
+    "InvocationID",
+)
 
 
 def look(
@@ -512,19 +501,20 @@ def look(
     *,
     pattern: str = "",
     gpu_facts: gpu_mod.GpuFacts | None = None,
-    systemctl: Callable[[Sequence[str]], str] = training_mod._run,
-    journal: Callable[[Sequence[str]], str] = training_mod._run,
-    proc: Path = Path("/proc"),
+    systemctl: systemd.Systemctl = systemd.query,
+    journal: systemd.Systemctl = systemd.query,
+    proc: Path = procfs.PROC,
 ) -> JobLook:
     """The units' state, the GPU memory their processes hold, and the rows the log of this run says."""
-    shown = _show([training_mod.unit_name(u) for u in units], systemctl)
+    names = [systemd.unit_name(u) for u in units]
+    shown = dict(zip(names, systemd.show(names, _LOOK_PROPERTIES, systemctl), strict=True))
     running = bool(shown) and all(p.get("ActiveState") in ("active", "reloading") for p in shown.values())
     ids = set(shown)
     gpu_pids: list[int] = []
     memory = 0
     if gpu_facts is not None:
         for p in gpu_facts.processes:
-            if training_mod.process_unit(p.pid, proc) in ids:
+            if procfs.unit(p.pid, proc) in ids:
                 gpu_pids.append(p.pid)
                 memory += p.used_memory_mib or 0
     rows = None

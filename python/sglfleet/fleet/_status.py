@@ -24,6 +24,7 @@ from rich.text import Text
 from sglfleet.fleet import _gpus as gpu_mod
 from sglfleet.fleet import _health as health_mod
 from sglfleet.fleet import _ledger as ledger_mod
+from sglfleet.host import _systemd as systemd
 
 DASH = "-"
 EVIDENCE_WIDTH = 70
@@ -157,20 +158,15 @@ class FleetLayout(BaseModel):
 
 
 def _env_file_values(path: Path) -> dict[str, str]:
-    values = {}
-    for line_no, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ValueError(f"{path}:{line_no}: not KEY=VALUE: {raw!r}")
-        try:
-            words = shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"{path}:{line_no}: {key}: {exc}") from None
-        values[key.strip()] = " ".join(words)
-    return values
+    """The variables systemd starts the instance with; a line that is no assignment, or a quote left open,
+    is an error here (the role writes neither), named with its file and line."""
+    env_file = systemd.read_env_file(path)
+    for ignored in env_file.ignored:
+        if ignored.reason == systemd.NO_EQUALS:
+            raise ValueError(f"{path}:{ignored.line}: not KEY=VALUE: {ignored.text!r}")
+    if env_file.unterminated_quote is not None:
+        raise ValueError(f"{path}:{env_file.unterminated_quote}: the quote opened here is not closed")
+    return env_file.values
 
 
 def _flag(args: list[str], name: str) -> str | None:

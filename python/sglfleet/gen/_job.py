@@ -17,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -27,8 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sglfleet import atomicio
 from sglfleet.gen import _manifest as manifest_mod
 from sglfleet.gen._manifest import Manifest
+from sglfleet.host import _systemd as systemd
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ACTIVE_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
@@ -153,10 +153,6 @@ class Decision:
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
-
-
 def file_sha256(path: Path) -> str:
     sha = hashlib.sha256()
     with path.open("rb") as fh:
@@ -165,7 +161,7 @@ def file_sha256(path: Path) -> str:
     return sha.hexdigest()
 
 
-def observe(spec: JobSpec, runner: Runner = _run) -> Observed:
+def observe(spec: JobSpec, runner: Runner = systemd.run) -> Observed:
     props = _show(spec.unit, runner)
     status = props.get("ExecMainStatus")
     m = manifest_mod.load(manifest_mod.manifest_path(spec.output))
@@ -189,7 +185,7 @@ def _show(unit: str, runner: Runner) -> dict[str, str]:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"systemctl show {unit} failed: {proc.stderr.strip()}")
-    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    return systemd.parse_show(proc.stdout, 1)[0]
 
 
 def decide(obs: Observed, wanted: str, retry_failures: bool = False) -> Decision:
@@ -216,17 +212,14 @@ API_KEY_ENV = "SGLFLEET_API_KEY"  # what `sglfleet generate` reads (sglfleet.cli
 
 
 def write_env(spec: JobSpec) -> None:
-    """The unit's environment file (mode 0600, whatever existed before): the API key stays out of
-    unit properties and argv."""
+    """The unit's environment file (mode 0600, whatever existed before: it replaces the file, and is
+    0600 from its birth): the API key stays out of unit properties and argv."""
     spec.env_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(spec.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # the mode above applies only to a new file: 0600 whatever existed before
-    with os.fdopen(fd, "w") as fh:
-        if spec.api_key:
-            fh.write(f"{API_KEY_ENV}={shlex.quote(spec.api_key)}\n")
+    text = f"{API_KEY_ENV}={systemd.quote(spec.api_key)}\n" if spec.api_key else ""
+    atomicio.write_text(spec.env_file, text, mode=0o600)
 
 
-def start(spec: JobSpec, runner: Runner = _run) -> None:
+def start(spec: JobSpec, runner: Runner = systemd.run) -> None:
     write_env(spec)
     runner(["systemctl", "reset-failed", spec.unit])  # a failed transient unit keeps its name taken
     argv = [
@@ -245,7 +238,7 @@ def start(spec: JobSpec, runner: Runner = _run) -> None:
         raise RuntimeError(f"systemd-run failed: {proc.stderr.strip() or proc.stdout.strip()}")
 
 
-def stop(spec: JobSpec, runner: Runner = _run) -> None:
+def stop(spec: JobSpec, runner: Runner = systemd.run) -> None:
     proc = runner(["systemctl", "stop", spec.unit])
     if proc.returncode != 0:
         raise RuntimeError(f"systemctl stop {spec.unit} failed: {proc.stderr.strip()}")
@@ -269,7 +262,7 @@ def wait(
     spec: JobSpec,
     timeout: float,
     interval: float = 5.0,
-    runner: Runner = _run,
+    runner: Runner = systemd.run,
     on_poll: Callable[[dict[str, Any]], None] | None = None,
 ) -> Observed:
     """Poll until the unit is no longer active or ``timeout`` seconds passed; the last observation.
@@ -298,7 +291,7 @@ def verdict(obs: Observed, max_failures: int) -> tuple[bool, int | None]:
     return False, code
 
 
-def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = _run) -> str:
+def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = systemd.run) -> str:
     proc = runner(["journalctl", "--unit", spec.unit, "--no-pager", "--output=cat", "-n", str(lines)])
     return proc.stdout.strip()
 

@@ -1,0 +1,87 @@
+"""sglfleet.host._procfs on real processes and sockets of this machine (and a laid-out /proc for cgroups)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from polling import wait_until
+
+from sglfleet.host import _procfs as procfs
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A process with a spaced argument and an environment of its own, running until the test ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "two words"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, "SGLFLEET_PROCFS_TEST": "a=b"},
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cmdline_and_environ_of_a_running_process(sleeper: subprocess.Popen[bytes]) -> None:
+    wait_until(
+        lambda: "two words" in (procfs.cmdline(sleeper.pid) or ""), timeout=10, what="the child's exec"
+    )
+    assert procfs.cmdline(sleeper.pid) == f"{sys.executable} -c import sys; sys.stdin.read() two words"
+    assert procfs.environ(sleeper.pid)["SGLFLEET_PROCFS_TEST"] == "a=b"
+    assert sleeper.pid in set(procfs.pids())
+
+
+def test_a_gone_process_reads_as_gone() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert procfs.cmdline(gone.pid) is None
+    assert procfs.environ(gone.pid) == {}
+    assert procfs.unit(gone.pid) == ""
+    assert not procfs.alive(gone.pid)
+
+
+def test_a_zombie_is_not_alive_and_has_no_command_line() -> None:
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_until(lambda: not procfs.alive(zombie.pid), timeout=30, what="the child exits (unreaped)")
+        assert procfs.cmdline(zombie.pid) == ""  # still in /proc, but exited
+    finally:
+        zombie.wait()
+
+
+def test_ancestors_reach_this_process_from_a_child(sleeper: subprocess.Popen[bytes]) -> None:
+    found = procfs.ancestors(sleeper.pid)
+    assert {sleeper.pid, os.getpid(), os.getppid()} <= found
+
+
+def test_unit_is_the_innermost_service_or_scope(tmp_path: Path) -> None:
+    for pid, cgroup in (
+        (10, "0::/system.slice/system-sglang.slice/sglang@3.service\n"),
+        (11, "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope\n"),
+        (12, "12:pids:/\n1:name=systemd:/system.slice/train.service\n"),  # cgroup v1: the line that has one
+        (13, "0::/init.scope/payload\n"),
+        (14, "0::/\n"),
+    ):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(cgroup)
+    found = [procfs.unit(pid, tmp_path) for pid in (10, 11, 12, 13, 14)]
+    assert found == ["sglang@3.service", "session-3.scope", "train.service", "init.scope", ""]
+    assert isinstance(procfs.unit(os.getpid()), str)
+
+
+def test_listeners_name_the_process_holding_the_port() -> None:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as listening, socket.socket() as bound:
+        listening.bind(("::", 0))
+        listening.listen()
+        bound.bind(("127.0.0.1", 0))  # bound, never listening: not a listener
+        port, quiet = listening.getsockname()[1], bound.getsockname()[1]
+        assert procfs.listeners([port, quiet]) == {port: [os.getpid()]}
+    assert procfs.listeners([port]) == {}
