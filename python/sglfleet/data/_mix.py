@@ -454,11 +454,17 @@ def write_stage(picks: list[Pick], generation: dict[str, Any], url: str, out: Bi
 
 
 def build_mix(
-    config: MixConfig, output: Path, report_path: Path | None = None, *, cache: CategoryCache | None = None
+    config: MixConfig,
+    output: Path,
+    report_path: Path | None = None,
+    *,
+    cache: CategoryCache | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> MixReport:
     """Run the mix; write `output` (and the report, Markdown + JSON) only when all of it succeeds.
 
-    `cache`: where the existing set's category counts are looked up and left for `merge`.
+    `cache`: where the existing set's category counts are looked up and left for `merge`. `inputs`:
+    what the mix is built from (`_inputs.input_record`), kept in the report JSON.
     """
     _preflight(config)
     paths = _outputs(config, output, report_path)
@@ -474,7 +480,10 @@ def build_mix(
         notes.append(near_stage(existing.near, survivors))
     picks = quota_stage(survivors, quotas, config.shortfall, notes)
     del survivors
-    report = MixReport(config.seed, str(output), [p.report for p in picks], existing.counts, notes)
+    origin = None if config.origin is None else config.origin.name
+    report = MixReport(
+        config.seed, str(output), [p.report for p in picks], existing.counts, notes, origin, inputs
+    )
     with written(paths) as (fh, *report_files):
         write_stage(picks, config.generation, config.url, fh)
         for handle, data in zip(report_files, report_bytes(report) if report_files else (), strict=True):
