@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sglfleet.data._errors import DataError
 
@@ -72,7 +73,7 @@ def outcome(args: argparse.Namespace, changed: bool, message: str, lines: tuple[
     if args.json:
         report = None if args.report is None else str(args.report.with_suffix(".json"))
         data = {"changed": changed, "output": str(args.output), "report": report, "message": message}
-        print(json.dumps(data))
+        print(orjson.dumps(data).decode())
     else:
         for line in (message, *lines):
             print(line)
