@@ -12,6 +12,8 @@
    repeat). Goals: not cached <= 2x, cached <= 1.3x, against both.
 3. (--mix) Mix and merge at two sizes (the reference job: 1M existing rows, 300K candidates, 193K
    picked), their ratio showing how time and memory grow.
+4. (--mix-against DIR) The mix of this checkout against another one's, on the same data, runs
+   interleaved: wall, CPU and peak RSS as this / other, and whether both wrote the same bytes.
 
 Every timed run is a fresh subprocess; its peak memory is its own VmHWM (ru_maxrss would carry the
 parent's over fork and exec).
@@ -19,6 +21,8 @@ parent's over fork and exec).
     .venv/bin/python bench/bench_mix_merge.py                     # recall + merge at 300K + 60K
     .venv/bin/python bench/bench_mix_merge.py --merge-scale 1     # merge at 1M existing + 200K results
     .venv/bin/python bench/bench_mix_merge.py --mix --scale 0.1   # adds the mix table at 1/10 and 1/100
+    .venv/bin/python bench/bench_mix_merge.py --skip-recall --skip-clusters --skip-merge \
+        --mix-against /tmp/before/python --scale 0.1              # this mix against another checkout's
 """
 
 from __future__ import annotations
@@ -221,9 +225,14 @@ print(json.dumps({"seconds": seconds, "cpu_s": cpu, "rss_mib": peak_rss_mib(), "
 """
 
 
-def child(*args: str) -> dict:
-    """Run one measured step in a fresh process; its time, CPU time and own peak RSS (VmHWM)."""
-    done = subprocess.run([sys.executable, "-c", CHILD, *args], check=True, capture_output=True, text=True)
+def child(*args: str, package: Path | None = None) -> dict:
+    """Run one measured step in a fresh process; its time, CPU time and own peak RSS (VmHWM).
+
+    `package`: import sglfleet from this directory (another checkout's `python/`) instead of this one."""
+    env = None if package is None else {**os.environ, "PYTHONPATH": str(package)}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, *args], check=True, capture_output=True, text=True, env=env
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -582,6 +591,51 @@ def mix_table(root: Path, big: float, near: bool) -> None:
     print()
 
 
+def mix_against(root: Path, scale: float, near: bool, other: Path, repeat: int) -> None:
+    """The mix of this checkout against the mix of another one (`other`: its `python/` directory), on the
+    same data, runs interleaved; the outputs compared byte for byte."""
+    root.mkdir(parents=True, exist_ok=True)
+    counts = make_data(root, scale)
+    config = write_config(root, scale, near)
+    runs: dict[str, list[dict]] = {"other": [], "this": []}
+    for attempt in range(repeat):  # interleaved, so that other load on the machine hits both alike
+        for label, package in (
+            (("other", other), ("this", None))
+            if attempt % 2 == 0
+            else (
+                ("this", None),
+                ("other", other),
+            )
+        ):
+            cache = str(root / f"cache-{label}-{attempt}")  # cold each time: both classify the existing set
+            out = root / f"prompts-{label}.jsonl"
+            runs[label].append(
+                child("mix", str(config), str(out), str(root / f"{label}.md"), cache, package=package)
+            )
+    same = (root / "prompts-this.jsonl").read_bytes() == (root / "prompts-other.jsonl").read_bytes()
+    this = json.loads((root / "this.json").read_text().replace("prompts-this", "prompts-other"))
+    theirs = json.loads((root / "other.json").read_text())
+    same_report = all(this[k] == theirs[k] for k in this.keys() & theirs.keys())  # a new field aside
+    best = {k: {m: min(r[m] for r in v) for m in ("seconds", "cpu_s", "rss_mib")} for k, v in runs.items()}
+    print(
+        f"## Mix: this checkout against {other} ({counts['existing']:,} existing rows, "
+        f"{counts['candidates']:,} candidates, near dedupe {'on' if near else 'off'}; best of {repeat})"
+    )
+    print()
+    print("| measure | other | this | this / other |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, key, fmt in (
+        ("wall s", "seconds", "{:.1f}"),
+        ("CPU s", "cpu_s", "{:.1f}"),
+        ("RSS MiB", "rss_mib", "{:.0f}"),
+    ):
+        a, b = best["other"][key], best["this"][key]
+        print(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {b / a:.2f}x |")
+    print()
+    print(f"same prompts out, byte for byte: {same}; same report (the fields both have): {same_report}")
+    print()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threshold", type=float, default=0.8, help="near-dedupe threshold (default 0.8)")
@@ -592,6 +646,13 @@ def main() -> int:
     parser.add_argument("--mix", action="store_true", help="also the mix/merge table at two sizes")
     parser.add_argument("--scale", type=float, default=1.0, help="mix table: larger size, 1 = 1M + 300K")
     parser.add_argument("--no-near", action="store_true", help="mix table: exact dedupe only")
+    parser.add_argument(
+        "--mix-against",
+        type=Path,
+        metavar="PYTHON_DIR",
+        help="also the mix of this checkout against another one's python/ directory (e.g. a `git archive` "
+        "of the commit before a change), side by side at --scale",
+    )
     parser.add_argument("--skip-recall", action="store_true")
     parser.add_argument("--skip-clusters", action="store_true")
     parser.add_argument("--skip-merge", action="store_true")
@@ -608,6 +669,10 @@ def main() -> int:
             merge_bench(root / f"merge-{args.merge_scale:g}", rows, rows // 5, args.repeat)
         if args.mix:
             mix_table(root, args.scale, not args.no_near)
+        if args.mix_against:
+            mix_against(
+                root / "against", args.scale, not args.no_near, args.mix_against.resolve(), args.repeat
+            )
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
     print(f"(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average now {' '.join(load)};")
     print(" wall time grows with other load on the machine, CPU time much less.)")

@@ -73,6 +73,19 @@ def test_prompts_follows_the_inventory_and_reruns_unchanged(tmp_path: Path) -> N
 
     rc, out, stats = playbook(inv, "playbooks/prompts.yml")
     assert rc == 0 and stats["changed"] == 0, out[-4000:]
+    rc, out, stats = playbook(inv, "playbooks/prompts.yml", "--check")
+    assert rc == 0 and stats["changed"] == 0, out[-4000:]
+
+    # sglfleet mix decides, from the report JSON's inputs: an output gone is a rebuild, which check
+    # mode predicts without writing it
+    (tmp_path / "work" / "prompts.jsonl").unlink()
+    rc, out, stats = playbook(inv, "playbooks/prompts.yml", "--check")
+    assert rc == 0 and stats["changed"] == 1, out[-4000:]
+    assert "Build the mix when its inputs changed" in out.split("changed:")[0].rsplit("TASK", 1)[-1]
+    assert not (tmp_path / "work" / "prompts.jsonl").exists()
+    rc, out, stats = playbook(inv, "playbooks/prompts.yml")
+    assert rc == 0 and stats["changed"] == 1, out[-4000:]
+    assert (tmp_path / "work" / "prompts.jsonl").read_text().splitlines() == prompts
 
 
 def test_prompts_preflight_names_what_is_missing(tmp_path: Path) -> None:
@@ -231,6 +244,9 @@ def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: P
 
     rc, out, stats = playbook(inv, "playbooks/merge.yml")
     assert rc == 0 and stats["changed"] == 0, out[-4000:]
+    rc, out, stats = playbook(inv, "playbooks/merge.yml", "--check")
+    assert rc == 0 and stats["changed"] == 0, out[-4000:]
+    assert record.evidence == report["evidence"]  # the ledger records what the report JSON says
 
     # prompts on the controller that are not what the job ran on (the same ids, other questions): the
     # job's manifest came with its results, and merge refuses to pair answers with them

@@ -6,9 +6,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglfleet.cli.mix import add_cache_arguments, cache_of
+from sglfleet.cli.mix import (
+    add_cache_arguments,
+    add_unchanged_arguments,
+    cache_of,
+    needs_record,
+    outcome,
+    unchanged_outcome,
+)
 from sglfleet.data._errors import DataError
-from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
+from sglfleet.data._inputs import input_record
+from sglfleet.data._merge import (
+    DEFAULT_DROP_FINISH_REASONS,
+    DEFAULT_MIN_COMPLETION_TOKENS,
+    merge,
+    prompts_of,
+)
 
 
 def _reasons(value: str) -> tuple[str, ...]:
@@ -46,11 +59,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="finish reasons whose answers are dropped (default: length; '' keeps all)",
     )
     add_cache_arguments(parser)
+    add_unchanged_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def _record(args: argparse.Namespace) -> dict:
+    """What the merge is built from: the three files (the prompts the manifest names, without
+    --prompts; null when it names none) and the options."""
+    prompts = args.prompts
+    if prompts is None:
+        try:
+            prompts = prompts_of(args.results)
+        except DataError:  # the merge itself says what is wrong (or --check: it would run)
+            prompts = None
+    files = {"existing set": args.existing, "results": args.results, "prompts": prompts}
+    options = {
+        "min_completion_tokens": args.min_completion_tokens,
+        "drop_finish_reasons": list(args.drop_finish_reasons),
+    }
+    return input_record(files, options)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        record = None
+        if needs_record(args):
+            record = _record(args)
+            done = unchanged_outcome(args, record)
+            if done is not None:
+                return done
         report = merge(
             args.existing,
             args.results,
@@ -60,15 +97,15 @@ def run(args: argparse.Namespace) -> int:
             min_completion_tokens=args.min_completion_tokens,
             drop_finish_reasons=args.drop_finish_reasons,
             cache=cache_of(args),
+            inputs=record,
         )
     except DataError as exc:
         print(f"sglfleet merge: error: {exc}", file=sys.stderr)
         return int(exc.code)  # docs/exit-codes.md
     rows = report.as_dict()["rows"]
-    print(
+    message = (
         f"{rows['total']} rows written to {args.output} ({rows['existing']} existing + {rows['new']} new; "
         f"{sum(report.dropped.values())} results dropped)"
     )
-    if args.report:
-        print(f"report: {args.report} and {args.report.with_suffix('.json')}")
-    return 0
+    lines = (f"report: {args.report} and {args.report.with_suffix('.json')}",) if args.report else ()
+    return outcome(args, True, message, lines)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from sglfleet.data._errors import DataError
 
@@ -23,7 +26,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, help="override the config's seed")
     add_cache_arguments(parser)
+    add_unchanged_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_unchanged_arguments(parser: argparse.ArgumentParser) -> None:
+    """--skip-unchanged / --check / --json: how a phase role runs mix and merge (idempotent, check mode)."""
+    parser.add_argument(
+        "--skip-unchanged",
+        action="store_true",
+        help="write nothing when the output and the report are there and the report JSON's `inputs` "
+        "are these very inputs (each file's SHA-256 and the options)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; say whether a run with --skip-unchanged would build (Ansible's check mode)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object, {"changed": ..., "output": ..., "report": ..., "message": ...}, '
+        "instead of lines",
+    )
+
+
+def needs_record(args: argparse.Namespace) -> bool:
+    """Whether the inputs are hashed: for the report JSON (only written with --report) or to compare."""
+    return args.report is not None or args.skip_unchanged or args.check
+
+
+def unchanged_outcome(args: argparse.Namespace, record: dict[str, Any]) -> int | None:
+    """The exit status when there is nothing to build (or --check predicts), None to go on building."""
+    from sglfleet.data._inputs import unchanged
+
+    if (args.skip_unchanged or args.check) and unchanged(record, args.output, args.report):
+        report = args.report.with_suffix(".json")
+        return outcome(args, False, f"unchanged: {args.output} was built from these inputs ({report})")
+    if args.check:
+        return outcome(args, True, f"would build {args.output}: an input changed, or an output is missing")
+    return None
+
+
+def outcome(args: argparse.Namespace, changed: bool, message: str, lines: tuple[str, ...] = ()) -> int:
+    """Print the outcome (as lines, or as one JSON object with --json); exit 0."""
+    if args.json:
+        report = None if args.report is None else str(args.report.with_suffix(".json"))
+        data = {"changed": changed, "output": str(args.output), "report": report, "message": message}
+        print(orjson.dumps(data).decode())
+    else:
+        for line in (message, *lines):
+            print(line)
+    return 0
 
 
 def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the mix extra (numpy, datasketch, pyarrow) is not on the fleet hosts, and every
     # other subcommand must start without it.
     try:
+        from sglfleet.data._inputs import input_record
         from sglfleet.data._mix import build_mix
         from sglfleet.data._mixconfig import load_config
     except ImportError as exc:
@@ -60,7 +115,16 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         if args.seed is not None:
             config = config.model_copy(update={"seed": args.seed})
-        report = build_mix(config, args.output, args.report, cache=cache_of(args))
+        record = None
+        if needs_record(args):
+            files = {"mix config": args.config, **{f"source {s.name}": s.path for s in config.sources}}
+            if config.existing is not None:
+                files["existing set"] = config.existing.path
+            record = input_record(files, {"seed": config.seed})
+            done = unchanged_outcome(args, record)
+            if done is not None:
+                return done
+        report = build_mix(config, args.output, args.report, cache=cache_of(args), inputs=record)
     except ImportError as exc:  # a part of the extra imported on the way (datasketch, pyarrow, ...)
         print(
             f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",
@@ -71,9 +135,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sglfleet mix: error: {exc}", file=sys.stderr)
         return int(exc.code)  # docs/exit-codes.md
     data = report.as_dict()
-    print(f"{data['prompts']} prompts written to {args.output}")
-    for note in report.notes:
-        print(f"note: {note}")
+    lines = tuple(f"note: {note}" for note in report.notes)
     if args.report:
-        print(f"report: {args.report} and {args.report.with_suffix('.json')}")
-    return 0
+        lines += (f"report: {args.report} and {args.report.with_suffix('.json')}",)
+    return outcome(args, True, f"{data['prompts']} prompts written to {args.output}", lines)

@@ -349,18 +349,20 @@ def merge(
     drop_finish_reasons: Iterable[str] = DEFAULT_DROP_FINISH_REASONS,
     category_field: str | None = "category",
     cache: CategoryCache | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> MergeReport:
     """Write `output` = the existing rows + the kept results (and the report); nothing on error.
 
     `prompts=None`: the prompts file named by the results' generation manifest. `cache`: where the
-    existing set's category counts are looked up and stored (None: classify every time).
+    existing set's category counts are looked up and stored (None: classify every time). `inputs`:
+    what the merge is built from (`_inputs.input_record`), kept in the report JSON.
     """
     generated = _manifest_input(results) if results.is_file() else None
     named = prompts is None
     if prompts is None:
         prompts = prompts_of(results)
-    inputs = {"existing set": existing, "results": results, "prompts": prompts}
-    for label, path in inputs.items():
+    files = {"existing set": existing, "results": results, "prompts": prompts}
+    for label, path in files.items():
         if not path.is_file():
             where = (
                 f" (input.path of {manifest_of(results)}; pass --prompts)"
@@ -370,14 +372,16 @@ def merge(
             raise DataError(f"{label}: {path}: no such file{where}")
     manifest = manifest_of(results)
     if manifest.exists():
-        inputs["generation manifest"] = manifest
+        files["generation manifest"] = manifest
     outputs = {"--output": output}
     reports = report_paths(report_path) if report_path is not None else ()
     outputs |= dict(zip(("--report", "--report (its .json)"), reports, strict=False))
-    check_outputs(inputs, outputs)
+    check_outputs(files, outputs)
     cache = cache or CategoryCache(None)
     drop = tuple(drop_finish_reasons)
-    report = MergeReport(str(output), min_completion_tokens=min_completion_tokens, drop_finish_reasons=drop)
+    report = MergeReport(
+        str(output), min_completion_tokens=min_completion_tokens, drop_finish_reasons=drop, inputs=inputs
+    )
     prompts_sha = hashlib.sha256()
     offsets = index_prompts(prompts, prompts_sha)
     if generated is not None and generated[1] is not None and prompts_sha.hexdigest() != generated[1]:

@@ -1,12 +1,18 @@
 """Build a prompt mix: read the sources, filter, dedupe, pick each source's quota, write OpenAI Batch JSONL.
 
+`build_mix` is a pipeline of named stages, each a function with typed input and output that takes
+only its part of the config: scan existing (`scan_stage` → `Existing`) → read sources (`read_stage`)
+→ filter (`filter_stage`) → dedupe (`dedupe_stage` → `Survivors`, then `near_stage`) → fill quotas
+(`quota_stage` → `Pick`) → write (`write_stage`).
+
 Two streaming passes over each source keep memory bounded by the row count, not the text size:
-pass 1 adapts, filters and dedupes every row and keeps, per surviving row, only its index and a
-seeded 64-bit sampling key; the quota is the rows with the smallest keys (a seeded sample without
-replacement). Near duplicates are settled between the passes, all at once (`NearDeduper.resolve`),
-and taken out of the survivors before the quotas are filled. Pass 2 re-reads the sources and writes
-the chosen rows in file order. Same config and seed → the same bytes. Nothing is written unless the
-whole mix succeeds, and no output may be one of the inputs (checked before anything is read).
+pass 1 (read → filter → dedupe, chained generators) adapts, filters and dedupes every row and keeps,
+per surviving row, only its index and a seeded 64-bit sampling key; the quota is the rows with the
+smallest keys (a seeded sample without replacement). Near duplicates are settled between the passes,
+all at once (`NearDeduper.resolve`), and taken out of the survivors before the quotas are filled.
+Pass 2 (write) re-reads the sources and writes the chosen rows in file order. Same config and seed →
+the same bytes. Nothing is written unless the whole mix succeeds, and no output may be one of the
+inputs (checked before anything is read).
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -28,7 +34,15 @@ from sglfleet.data._categories import classify
 from sglfleet.data._dedupe import ExactDeduper, NearDeduper, frozen_hashes, normalised_hash
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category, file_digest
-from sglfleet.data._mixconfig import AUTO, ExistingConfig, MixConfig, Shortfall, SourceConfig
+from sglfleet.data._mixconfig import (
+    AUTO,
+    DedupeConfig,
+    ExistingConfig,
+    Filters,
+    MixConfig,
+    Shortfall,
+    SourceConfig,
+)
 from sglfleet.data._outputs import check_outputs, report_paths, written
 from sglfleet.data._report import MixReport, SourceReport, report_bytes
 from sglfleet.data._sources import read_rows, where
@@ -70,8 +84,7 @@ def source_prompts(source: SourceConfig) -> Iterator[Prompt | tuple[int, RowErro
         raise DataError(f"source {source.name!r}: {exc}") from None
 
 
-def _filter_reason(prompt: Prompt, config: MixConfig) -> str | None:
-    f = config.filters
+def _filter_reason(prompt: Prompt, f: Filters) -> str | None:
     if not prompt.messages:  # nothing to send at all, whatever the filters say
         return "empty"
     stripped = prompt.text.strip()
@@ -151,12 +164,14 @@ def _preflight(config: MixConfig) -> None:
             raise DataError(f"{label}: {exc}") from None
 
 
-def _targets(config: MixConfig, quotas: dict[str, int], available: dict[str, int], notes: list[str]) -> dict:
+def _targets(
+    shortfall: Shortfall, quotas: dict[str, int], available: dict[str, int], notes: list[str]
+) -> dict[str, int]:
     """Rows to take per source: the quota, or with `shortfall: fill` the gaps spread over the others."""
     short = {n: quotas[n] - available[n] for n in quotas if available[n] < quotas[n]}
     if not short:
         return dict(quotas)
-    if config.shortfall is Shortfall.ERROR:
+    if shortfall is Shortfall.ERROR:
         raise DataError(
             "; ".join(
                 f"source {name!r}: quota {quotas[name]} but only {available[name]} prompts are left after "
@@ -213,19 +228,20 @@ def _spread(amount: int, weights: dict[str, int], caps: dict[str, int]) -> dict[
     return given
 
 
-def _choose(keys: array, indices: array, k: int) -> set[int]:
+def _choose(keys: array, indices: array, k: int) -> frozenset[int]:
     """The `k` row indices with the smallest sampling keys (ties broken by index)."""
     if k == 0:
-        return set()
+        return frozenset()
     key_arr = np.frombuffer(keys, dtype=np.uint64)
     idx_arr = np.frombuffer(indices, dtype=np.uint64)
     order = np.lexsort((idx_arr, key_arr))[:k]
-    return {int(i) for i in idx_arr[order]}
+    return frozenset(int(i) for i in idx_arr[order])
 
 
-def request_line(config: MixConfig, source: str, prompt: Prompt) -> bytes:
-    """One OpenAI Batch input line (plus `metadata` with the source and category, for merge)."""
-    generation = dict(config.generation)
+def request_line(generation: dict[str, Any], url: str, source: str, prompt: Prompt) -> bytes:
+    """One OpenAI Batch input line (plus `metadata` with the source and category, for merge);
+    `generation` (the config's) goes into the body, its `model` first."""
+    generation = dict(generation)
     body: dict[str, Any] = {}
     if "model" in generation:
         body["model"] = generation.pop("model")
@@ -234,7 +250,7 @@ def request_line(config: MixConfig, source: str, prompt: Prompt) -> bytes:
     line = {
         "custom_id": custom_id(source, prompt.index, prompt.text),
         "method": "POST",
-        "url": config.url,
+        "url": url,
         "body": body,
         "metadata": {"source": source, "category": prompt.category},
     }
@@ -255,34 +271,6 @@ def _outputs(config: MixConfig, output: Path, report_path: Path | None) -> list[
     return [output, *reports]
 
 
-def _drop_near(
-    near: NearDeduper,
-    reports: list[SourceReport],
-    survivors: dict[str, tuple[array, array]],
-    offered: dict[str, list[str]],
-) -> None:
-    """Settle the near duplicates and take them out of each source's survivors and counts."""
-    verdicts = near.resolve()
-    start = 0
-    for rep in reports:
-        categories = offered.pop(rep.name)
-        mine = verdicts[start : start + len(categories)]
-        start += len(categories)
-        if not any(mine):
-            continue
-        keys, indices = survivors[rep.name]
-        keep = np.fromiter((v is None for v in mine), dtype=bool, count=len(mine))
-        survivors[rep.name] = (
-            array("Q", np.frombuffer(keys, dtype=np.uint64)[keep].tobytes()),
-            array("Q", np.frombuffer(indices, dtype=np.uint64)[keep].tobytes()),
-        )
-        for verdict, category in zip(mine, categories, strict=True):
-            if verdict is not None:
-                for tally in (rep.total, rep.tally(category)):
-                    tally.duplicates[verdict.value] += 1
-                    tally.available -= 1
-
-
 def _near_note(near: NearDeduper) -> str:
     plan = near.plan
     return (
@@ -295,103 +283,209 @@ def _near_note(near: NearDeduper) -> str:
     )
 
 
+# ---- the pipeline: scan existing → read sources → filter → dedupe → fill quotas → write -----------
+#
+# Each stage takes the part of the config it needs and hands the next one typed data; `build_mix`
+# reads the config once and runs them in order. Read, filter and dedupe are generators chained per
+# source (pass 1 streams); the near duplicates are settled once every source has been offered.
+
+
+@dataclass(frozen=True)
+class Existing:
+    """Scan existing → the existing set's category counts and the dedupers primed with its prompts."""
+
+    counts: Counter[str]
+    exact: ExactDeduper
+    near: NearDeduper | None
+
+
+@dataclass
+class Survivors:
+    """Dedupe → one source's report (its counts so far) and, per prompt left after filters and dedupe,
+    its seeded sampling key and row index, in file order; `offered`: the category of each prompt
+    offered to the near deduper, in the order offered (its verdicts come back in that order)."""
+
+    source: SourceConfig
+    report: SourceReport
+    keys: array = field(default_factory=lambda: array("Q"))
+    indices: array = field(default_factory=lambda: array("Q"))
+    offered: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Fill quotas → the row indices of one source that go into the mix, and its report."""
+
+    source: SourceConfig
+    report: SourceReport
+    chosen: frozenset[int]
+
+
+def scan_stage(
+    existing: ExistingConfig | None, dedupe: DedupeConfig, cache: CategoryCache | None
+) -> Existing:
+    """Stage 1, scan existing: count the existing set's categories and prime the dedupers with it."""
+    near = NearDeduper(dedupe.near.threshold, dedupe.near.plan_num_perm()) if dedupe.near.enabled else None
+    counts: Counter[str] = Counter()
+    hashes = None
+    if existing is not None:
+        counts, hashes = scan_existing(
+            existing, dedupe.against_existing, near=near if dedupe.against_existing else None, cache=cache
+        )
+    exact = ExactDeduper(hashes if dedupe.against_existing else None, remember=dedupe.exact)
+    return Existing(counts, exact, near)
+
+
+def read_stage(source: SourceConfig, report: SourceReport) -> Iterator[Prompt]:
+    """Stage 2, read sources: the source's prompts; a row that does not fit the format fails the mix,
+    or with `skip_bad_rows` is counted as invalid."""
+    for item in source_prompts(source):
+        if isinstance(item, tuple):
+            index, exc = item
+            if not source.skip_bad_rows:
+                raise DataError(
+                    f"source {source.name!r}: {where(source.path, source.kind, index)}: {exc} "
+                    f"(format {source.format.value}; set field: or skip_bad_rows: true)"
+                )
+            report.total.read += 1
+            report.total.invalid += 1
+            report.tally("invalid").read += 1
+            report.tally("invalid").invalid += 1
+            continue
+        tally = report.tally(item.category)
+        report.total.read += 1
+        tally.read += 1
+        yield item
+
+
+def filter_stage(prompts: Iterator[Prompt], filters: Filters, report: SourceReport) -> Iterator[Prompt]:
+    """Stage 3, filter: the prompts the filters keep; the others are counted by reason."""
+    for prompt in prompts:
+        reason = _filter_reason(prompt, filters)
+        if reason is None:
+            yield prompt
+            continue
+        report.total.filtered[reason] += 1
+        report.tally(prompt.category).filtered[reason] += 1
+
+
+def dedupe_stage(prompts: Iterator[Prompt], existing: Existing, seed: int, survivors: Survivors) -> Survivors:
+    """Stage 4, dedupe (exact now, near offered for later): each prompt not an exact duplicate survives
+    with its seeded sampling key."""
+    report, name = survivors.report, survivors.source.name
+    for prompt in prompts:
+        tally = report.tally(prompt.category)
+        norm = normalise(prompt.text)  # once for both dedupes
+        digest = normalised_hash(norm)
+        dup = existing.exact.check(digest)
+        if dup is not None:
+            report.total.duplicates[dup.value] += 1
+            tally.duplicates[dup.value] += 1
+            continue
+        if existing.near is not None:
+            existing.near.add(norm, normalised=True)
+            survivors.offered.append(prompt.category)
+        report.total.available += 1
+        tally.available += 1
+        survivors.keys.append(_sample_key(seed, name, prompt.index, digest))
+        survivors.indices.append(prompt.index)
+    return survivors
+
+
+def near_stage(near: NearDeduper, survivors: list[Survivors]) -> str:
+    """Stage 4, dedupe (near): settle the near duplicates of every source at once and take them out of
+    each source's survivors and counts; the note that says how."""
+    verdicts = near.resolve()
+    start = 0
+    for group in survivors:
+        mine = verdicts[start : start + len(group.offered)]
+        categories, group.offered = group.offered, []
+        start += len(categories)
+        if not any(mine):
+            continue
+        keep = np.fromiter((v is None for v in mine), dtype=bool, count=len(mine))
+        group.keys = array("Q", np.frombuffer(group.keys, dtype=np.uint64)[keep].tobytes())
+        group.indices = array("Q", np.frombuffer(group.indices, dtype=np.uint64)[keep].tobytes())
+        for verdict, category in zip(mine, categories, strict=True):
+            if verdict is not None:
+                for tally in (group.report.total, group.report.tally(category)):
+                    tally.duplicates[verdict.value] += 1
+                    tally.available -= 1
+    return _near_note(near)
+
+
+def quota_stage(
+    survivors: list[Survivors], quotas: dict[str, int], shortfall: Shortfall, notes: list[str]
+) -> list[Pick]:
+    """Stage 5, fill quotas: each source's target (its quota, or the gaps spread with `shortfall: fill`)
+    and the rows with the smallest sampling keys up to it (a seeded sample without replacement)."""
+    available = {s.source.name: s.report.total.available for s in survivors}
+    targets = _targets(shortfall, quotas, available, notes)
+    picks = []
+    for group in survivors:
+        group.report.target = targets[group.source.name]
+        picks.append(
+            Pick(group.source, group.report, _choose(group.keys, group.indices, group.report.target))
+        )
+        group.keys, group.indices = array("Q"), array("Q")  # only the pick is needed from here on
+    return picks
+
+
+def write_stage(picks: list[Pick], generation: dict[str, Any], url: str, out: BinaryIO) -> None:
+    """Stage 6, write: read each source again and write its chosen prompts in file order, as OpenAI
+    Batch input lines; a source that changed since it was first read fails the mix."""
+    for pick in picks:
+        source, report = pick.source, pick.report
+        last = max(pick.chosen, default=-1)
+        for item in source_prompts(source):
+            if isinstance(item, tuple):
+                continue
+            if item.index > last:
+                break
+            if item.index in pick.chosen:
+                out.write(request_line(generation, url, source.name, item))
+                report.total.chosen += 1
+                report.tally(item.category).chosen += 1
+        if report.total.chosen != report.target:  # a source that changed between the two passes
+            raise DataError(
+                f"source {source.name!r}: {source.path} changed while the mix ran "
+                f"(wrote {report.total.chosen} of {report.target} prompts); run it again"
+            )
+
+
 def build_mix(
-    config: MixConfig, output: Path, report_path: Path | None = None, *, cache: CategoryCache | None = None
+    config: MixConfig,
+    output: Path,
+    report_path: Path | None = None,
+    *,
+    cache: CategoryCache | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> MixReport:
     """Run the mix; write `output` (and the report, Markdown + JSON) only when all of it succeeds.
 
-    `cache`: where the existing set's category counts are looked up and left for `merge`.
+    `cache`: where the existing set's category counts are looked up and left for `merge`. `inputs`:
+    what the mix is built from (`_inputs.input_record`), kept in the report JSON.
     """
     _preflight(config)
     paths = _outputs(config, output, report_path)
     quotas = config.quotas()
-    dedupe = config.dedupe
-    near = None
-    if dedupe.near.enabled:
-        near = NearDeduper(dedupe.near.threshold, dedupe.near.plan_num_perm())
-    existing_counts: Counter[str] = Counter()
-    existing_hashes = None
-    if config.existing is not None:
-        existing_counts, existing_hashes = scan_existing(
-            config.existing,
-            dedupe.against_existing,
-            near=near if dedupe.against_existing else None,
-            cache=cache,
-        )
-    exact = ExactDeduper(existing_hashes if dedupe.against_existing else None, remember=dedupe.exact)
-
-    reports: list[SourceReport] = []
-    survivors: dict[str, tuple[array, array]] = {}
-    offered: dict[str, list[str]] = {}  # per source, the category of each prompt offered to `near`
+    existing = scan_stage(config.existing, config.dedupe, cache)
+    survivors = []
     for source in config.sources:
-        rep = SourceReport(source.name, str(source.path), source.format.value, quotas[source.name])
-        keys, indices = array("Q"), array("Q")
-        categories: list[str] = []
-        for item in source_prompts(source):
-            if isinstance(item, tuple):
-                index, exc = item
-                if not source.skip_bad_rows:
-                    raise DataError(
-                        f"source {source.name!r}: {where(source.path, source.kind, index)}: {exc} "
-                        f"(format {source.format.value}; set field: or skip_bad_rows: true)"
-                    )
-                rep.total.read += 1
-                rep.total.invalid += 1
-                rep.tally("invalid").read += 1
-                rep.tally("invalid").invalid += 1
-                continue
-            tally = rep.tally(item.category)
-            rep.total.read += 1
-            tally.read += 1
-            reason = _filter_reason(item, config)
-            if reason is not None:
-                rep.total.filtered[reason] += 1
-                tally.filtered[reason] += 1
-                continue
-            norm = normalise(item.text)  # once for both dedupes
-            digest = normalised_hash(norm)
-            dup = exact.check(digest)
-            if dup is not None:
-                rep.total.duplicates[dup.value] += 1
-                tally.duplicates[dup.value] += 1
-                continue
-            if near is not None:
-                near.add(norm, normalised=True)
-                categories.append(item.category)
-            rep.total.available += 1
-            tally.available += 1
-            keys.append(_sample_key(config.seed, source.name, item.index, digest))
-            indices.append(item.index)
-        survivors[source.name] = (keys, indices)
-        offered[source.name] = categories
-        reports.append(rep)
-
+        report = SourceReport(source.name, str(source.path), source.format.value, quotas[source.name])
+        prompts = filter_stage(read_stage(source, report), config.filters, report)
+        survivors.append(dedupe_stage(prompts, existing, config.seed, Survivors(source, report)))
     notes: list[str] = []
-    if near is not None:
-        _drop_near(near, reports, survivors, offered)
-        notes.append(_near_note(near))
-    available = {r.name: r.total.available for r in reports}
-    targets = _targets(config, quotas, available, notes)
-    report = MixReport(config.seed, str(output), reports, existing_counts, notes)
+    if existing.near is not None:
+        notes.append(near_stage(existing.near, survivors))
+    picks = quota_stage(survivors, quotas, config.shortfall, notes)
+    del survivors
+    origin = None if config.origin is None else config.origin.name
+    report = MixReport(
+        config.seed, str(output), [p.report for p in picks], existing.counts, notes, origin, inputs
+    )
     with written(paths) as (fh, *report_files):
-        for source, rep in zip(config.sources, reports, strict=True):
-            rep.target = targets[source.name]
-            chosen = _choose(*survivors.pop(source.name), rep.target)
-            last = max(chosen, default=-1)
-            for item in source_prompts(source):
-                if isinstance(item, tuple):
-                    continue
-                if item.index > last:
-                    break
-                if item.index in chosen:
-                    fh.write(request_line(config, source.name, item))
-                    rep.total.chosen += 1
-                    rep.tally(item.category).chosen += 1
-            if rep.total.chosen != rep.target:  # a source that changed between the two passes
-                raise DataError(
-                    f"source {source.name!r}: {source.path} changed while the mix ran "
-                    f"(wrote {rep.total.chosen} of {rep.target} prompts); run it again"
-                )
+        write_stage(picks, config.generation, config.url, fh)
         for handle, data in zip(report_files, report_bytes(report) if report_files else (), strict=True):
             handle.write(data)
     return report

@@ -86,6 +86,8 @@ class MixReport:
     sources: list[SourceReport]
     existing: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    config: str | None = None  # the mix config's file name, when it came from a file
+    inputs: dict[str, Any] | None = None  # what it was built from (`_inputs.input_record`)
 
     @property
     def new(self) -> Counter[str]:
@@ -93,6 +95,17 @@ class MixReport:
         for source in self.sources:
             counts.update({c: t.chosen for c, t in source.categories.items() if t.chosen})
         return counts
+
+    def evidence(self) -> dict[str, Any]:
+        """What the ledger records for phase prompts (role prompt_mix adds where the hosts keep them)."""
+        new = self.new
+        config = {} if self.config is None else {"config": self.config}
+        return {
+            "prompts": sum(new.values()),
+            **config,
+            "seed": self.seed,
+            "shares": {c: v["share"] for c, v in shares(new).items()},
+        }
 
     def as_dict(self) -> dict[str, Any]:
         new = self.new
@@ -107,6 +120,8 @@ class MixReport:
                 "merged": shares(self.existing + new),
             },
             "notes": self.notes,
+            "evidence": self.evidence(),
+            "inputs": self.inputs,
         }
 
     def markdown(self) -> str:
@@ -191,6 +206,20 @@ class MergeReport:
     without_result: int = 0
     min_completion_tokens: int = 17
     drop_finish_reasons: tuple[str, ...] = ("length",)
+    inputs: dict[str, Any] | None = None  # what it was built from (`_inputs.input_record`)
+
+    def evidence(self) -> dict[str, Any]:
+        """What the ledger records for phase merge."""
+        existing, new = sum(self.existing.values()), sum(self.new.values())
+        return {
+            "rows_before": existing,
+            "rows_new": new,
+            "rows_after": existing + new,
+            "results": self.results_read,
+            "dropped": sum(self.dropped.values()),
+            "shares_before": {c: v["share"] for c, v in shares(self.existing).items()},
+            "shares_after": {c: v["share"] for c, v in shares(self.existing + self.new).items()},
+        }
 
     def as_dict(self) -> dict[str, Any]:
         existing, new = sum(self.existing.values()), sum(self.new.values())
@@ -209,6 +238,8 @@ class MergeReport:
                 "new": shares(self.new),
                 "after": shares(self.existing + self.new),
             },
+            "evidence": self.evidence(),
+            "inputs": self.inputs,
         }
 
     def markdown(self) -> str:
