@@ -62,12 +62,3 @@ def test_release_table_pins_every_component_to_one_exact_version() -> None:
             assert re.fullmatch(r"\d+\.\d+\.\d+", row[component]), (release, component)
         assert re.fullmatch(r"\d+\.\d+", row["ptx_isa"])
     assert role_vars["__cuda_toolchain_releases"]["13.2.2"]["nvvm"] == "13.2.86"
-
-
-def test_backend_table_matches_the_documented_choices() -> None:
-    role_vars = load(ROOT / "roles" / "sglang" / "vars" / "main.yml")
-    table = role_vars["__sglang_attention_backends"]
-    assert table == {"9.0": "fa3", "10": "trtllm_mha", "12": "flashinfer"}
-    assert role_vars["__sglang_attention_backend_default"] == "flashinfer"
-    for backend in [*table.values(), *role_vars["__sglang_attention_backend_allowed"]]:
-        assert backend in role_vars["__sglang_known_backends"], backend
