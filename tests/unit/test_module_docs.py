@@ -38,6 +38,7 @@ VALID_ARGS = {
     "training_launch": {"dataset": "/nonexistent/train.jsonl", "command": "true"},
     "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
     "sglang_backend": {"toolchain_version": "13.2.2"},
+    "fleet_endpoints": {"ledgers": {}},
 }
 
 
