@@ -33,12 +33,15 @@ def task_names(role: str) -> set[str]:
 
 
 def test_every_fix_the_toolchain_verification_names_is_a_task() -> None:
-    role_vars = load(ROOT / "roles" / "cuda_toolchain" / "vars" / "main.yml")
-    fixes = {key: value for key, value in role_vars.items() if key.startswith("__cuda_toolchain_fix_")}
-    assert len(fixes) == 7
+    """The task names are the one source: the verification's messages name them (no copy in vars/)."""
     names = task_names("cuda_toolchain")
-    for key, fix in fixes.items():
-        assert fix in names, (key, fix)
+    text = " ".join((ROOT / "roles" / "cuda_toolchain" / "tasks" / "verify.yml").read_text().split())
+    named = set(re.findall(r"'(cuda_toolchain : [^']+)'", text))
+    assert len(named) == 7, named
+    for name in named:
+        assert name in names, name
+    role_vars = load(ROOT / "roles" / "cuda_toolchain" / "vars" / "main.yml")
+    assert not [key for key in role_vars if key.startswith("__cuda_toolchain_fix_")]
 
 
 def test_every_task_the_sglang_messages_name_exists() -> None:
