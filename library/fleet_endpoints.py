@@ -10,12 +10,12 @@ DOCUMENTATION = r"""
 module: fleet_endpoints
 short_description: The endpoints of every SGLang instance of the fleet, from what phase fleet recorded
 description:
-  - Turns the ledgers of the fleet hosts (as M(fleet_ledger) with C(state=read) returns them) into the base
+  - Turns the ledgers of the fleet hosts (as C(fleet_ledger) with C(state=read) returns them) into the base
     URLs of their SGLang instances, C(http://<address>:<port>) for every port phase C(fleet) recorded
     (C(evidence.ports)), in C(sglfleet.fleet._endpoints.from_ledgers). A host with 4 GPUs gives 4 endpoints
     and one with 8 gives 8.
   - Fails, naming the hosts, when a host's ledger records no ports for phase C(fleet) or records it as not
-    done; nothing is sent then. The endpoints are what M(generation_job) sends to.
+    done; nothing is sent then. The endpoints are what C(generation_job) sends to.
   - Changes nothing; C(changed) is always false.
   - Needs the C(sglfleet) Python package on the target, in the interpreter Ansible runs modules with.
 version_added: "0.1.0"

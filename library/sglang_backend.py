@@ -12,7 +12,7 @@ short_description: Decide the attention backend and torch's CUDA runtime for a h
 description:
   - Decides what the sglang phase writes into the fleet's common EnvironmentFile, from the inventory and
     what the host shows, in C(sglfleet.fleet._backend.decide).
-  - "The compute capability: I(compute_capability), else the GPUs' (C(nvidia-smi), as M(gpu_facts) reads
+  - "The compute capability: I(compute_capability), else the GPUs' (C(nvidia-smi), as C(gpu_facts) reads
     them), else I(default_compute_capability)."
   - "The attention backend: I(attention_backend), else by compute capability (9.0 C(fa3), 10.x
     C(trtllm_mha), 12.x C(flashinfer), others C(flashinfer)). A name SGLang 0.5.12 does not know, a
