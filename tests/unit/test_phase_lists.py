@@ -54,3 +54,11 @@ def test_without_the_package_fleet_ledger_offers_the_same_phases() -> None:
     phases, statuses = json.loads(done.stdout)
     assert phases == list(ledger.PHASES)
     assert statuses == list(ledger.STATUSES)
+
+
+def test_the_readmes_phase_table_is_in_the_ledgers_order() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| phase | what is true") :].split("\n\n", 1)[0]
+    # "router (optional, ...)" is phase router
+    phases = [row.split("|")[1].split()[0].strip("`") for row in table.splitlines()[2:]]
+    assert phases == list(ledger.PHASES)
