@@ -137,32 +137,23 @@ exists:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.yaml import HAS_YAML, yaml_load
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
     from sglfleet.fleet import _ledger as sgl_ledger
 
-# The package's own lists. Without the package (ansible-test sanity, ansible-doc tooling) the documented
-# ones; tests/unit/test_module_docs.py keeps the two equal.
-PHASES = (
-    list(sgl_ledger.PHASES)
-    if SGLFLEET.ok
-    else [
-        "host",
-        "provision",
-        "training_stop",
-        "toolchain",
-        "sglang",
-        "model",
-        "fleet",
-        "router",
-        "prompts",
-        "generate",
-        "merge",
-        "training_resume",
-    ]
-)
-STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]
+
+def _documented_choices(option):
+    """The choices DOCUMENTATION gives `option` (None without PyYAML too: the package's error comes first)."""
+    return yaml_load(DOCUMENTATION)["options"][option]["choices"] if HAS_YAML else None
+
+
+# The package's own lists (the phases are the `Phase` Literal of sglfleet.fleet._ledger). Without the package
+# (ansible-test sanity, ansible-doc tooling) the documented ones, which tests/unit/test_module_docs.py keeps
+# equal to the package's.
+PHASES = list(sgl_ledger.PHASES) if SGLFLEET.ok else _documented_choices("phase")
+STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else _documented_choices("status")
 
 
 def _dump(model):

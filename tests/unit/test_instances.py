@@ -303,12 +303,12 @@ def test_module_documentation_renders() -> None:
 
 
 def test_the_backend_lists_are_sglang_0_5_12s() -> None:
-    import yaml
     from sglfleet_testing.standin.cli import ATTENTION_BACKENDS as STANDIN
 
-    role = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/vars/main.yml").read_text())
-    assert role["__sglang_known_backends"] == list(inst.ATTENTION_BACKENDS)
-    assert sorted(STANDIN) == sorted(inst.ATTENTION_BACKENDS)
+    from sglfleet.fleet import _backend
+
+    assert inst.ATTENTION_BACKENDS is _backend.ATTENTION_BACKENDS
+    assert sorted(STANDIN) == sorted(_backend.ATTENTION_BACKENDS)
 
 
 def test_existing_instances_come_from_systemd_enablement_and_env_files(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ VALID_ARGS = {
     "training_dataset": {"path": "/nonexistent/train.jsonl", "sha256": "0" * 64},
     "training_launch": {"dataset": "/nonexistent/train.jsonl", "command": "true"},
     "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
+    "sglang_backend": {"toolchain_version": "13.2.2"},
+    "fleet_endpoints": {"ledgers": {}},
 }
 
 

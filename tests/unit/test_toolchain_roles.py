@@ -33,12 +33,15 @@ def task_names(role: str) -> set[str]:
 
 
 def test_every_fix_the_toolchain_verification_names_is_a_task() -> None:
-    role_vars = load(ROOT / "roles" / "cuda_toolchain" / "vars" / "main.yml")
-    fixes = {key: value for key, value in role_vars.items() if key.startswith("__cuda_toolchain_fix_")}
-    assert len(fixes) == 7
+    """The task names are the one source: the verification's messages name them (no copy in vars/)."""
     names = task_names("cuda_toolchain")
-    for key, fix in fixes.items():
-        assert fix in names, (key, fix)
+    text = " ".join((ROOT / "roles" / "cuda_toolchain" / "tasks" / "verify.yml").read_text().split())
+    named = set(re.findall(r"'(cuda_toolchain : [^']+)'", text))
+    assert len(named) == 7, named
+    for name in named:
+        assert name in names, name
+    role_vars = load(ROOT / "roles" / "cuda_toolchain" / "vars" / "main.yml")
+    assert not [key for key in role_vars if key.startswith("__cuda_toolchain_fix_")]
 
 
 def test_every_task_the_sglang_messages_name_exists() -> None:
@@ -62,12 +65,3 @@ def test_release_table_pins_every_component_to_one_exact_version() -> None:
             assert re.fullmatch(r"\d+\.\d+\.\d+", row[component]), (release, component)
         assert re.fullmatch(r"\d+\.\d+", row["ptx_isa"])
     assert role_vars["__cuda_toolchain_releases"]["13.2.2"]["nvvm"] == "13.2.86"
-
-
-def test_backend_table_matches_the_documented_choices() -> None:
-    role_vars = load(ROOT / "roles" / "sglang" / "vars" / "main.yml")
-    table = role_vars["__sglang_attention_backends"]
-    assert table == {"9.0": "fa3", "10": "trtllm_mha", "12": "flashinfer"}
-    assert role_vars["__sglang_attention_backend_default"] == "flashinfer"
-    for backend in [*table.values(), *role_vars["__sglang_attention_backend_allowed"]]:
-        assert backend in role_vars["__sglang_known_backends"], backend

@@ -4,6 +4,7 @@
 - `health`: probe SGLang instances (`/health_generate`, `/model_info`, `/v1/loads`).
 - `ledger`: the per-host record of each phase's outcome (`/var/lib/sglfleet/ledger.json`).
 - `status`: the checklist and the instance table `sglfleet status` prints.
+- `backend`: the attention backend and torch's CUDA runtime for a host's compute capability.
 - `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
 - `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from sglfleet._lazy import exports
 
 if TYPE_CHECKING:
+    from sglfleet.fleet._backend import ATTENTION_BACKENDS
     from sglfleet.fleet._gpus import ComputeProcess, Gpu, GpuFacts, GpuQueryError
     from sglfleet.fleet._gpus import query as query_gpus
     from sglfleet.fleet._health import (
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
         endpoints_from_range,
         endpoints_from_urls,
     )
-    from sglfleet.fleet._instances import ATTENTION_BACKENDS, FleetSpec, GpuInventory, InstanceSpec
+    from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec
     from sglfleet.fleet._instances_observe import Observed, observe
     from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
     from sglfleet.fleet._ledger import (
@@ -54,7 +56,7 @@ _EXPORTS = {
     "endpoint_from_url": "_health",
     "endpoints_from_range": "_health",
     "endpoints_from_urls": "_health",
-    "ATTENTION_BACKENDS": "_instances",
+    "ATTENTION_BACKENDS": "_backend",
     "FleetSpec": "_instances",
     "GpuInventory": "_instances",
     "InstanceSpec": "_instances",

@@ -16,33 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sglfleet.fleet._backend import ATTENTION_BACKENDS
 from sglfleet.host import _systemd as systemd
-
-#: `--attention-backend` choices of SGLang 0.5.12: ATTENTION_BACKEND_CHOICES in
-#: python/sglang/srt/server_args.py (line 147 of the 0.5.12 wheel); "compressed" is its deprecated
-#: alias of "dsv4".
-ATTENTION_BACKENDS: tuple[str, ...] = (
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "nsa",
-    "dsv4",
-    "compressed",
-    "cutlass_mla",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "tokenspeed_mla",
-    "trtllm_mha",
-    "dual_chunk_flash_attn",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-    "intel_xpu",
-)
 
 #: The line of the sglang role's common environment file that records its backend decision.
 RECORDED_BACKEND_VARIABLE = "SGLANG_ATTENTION_BACKEND"
