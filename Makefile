@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-PLAYBOOKS := $(wildcard playbooks/*.yml)
+PLAYBOOKS := $(wildcard playbooks/*.yml testing/playbooks/*.yml)
 PYTEST_FLAGS ?=
 
 .PHONY: help deps deps-lab venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
@@ -106,7 +106,7 @@ DEMO_OUT := out/lab
 demo: deps-lab venv lab-up ## the main job end to end on the lab: site.yml, then where the outputs are and the headline numbers
 	@# CT 200 first, then a stand-in training job in it, so that phase training_stop has work to do.
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/provision.yml
-	$(BIN)/ansible-playbook -i inventory/lab playbooks/lab_trainer.yml
+	$(BIN)/ansible-playbook -i inventory/lab testing/playbooks/lab_trainer.yml
 	@start=$$(date +%s); $(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml; \
 	  echo; echo "site.yml took $$(( $$(date +%s) - start )) s"
 	@$(MAKE) --no-print-directory demo-summary

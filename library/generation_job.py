@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: sglfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible module generation_job: a thin adapter over sglfleet.gen._job."""
+"""Ansible module generation_job: a thin adapter over sglfleet.gen._unit."""
 
 from __future__ import annotations
 
@@ -276,7 +276,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.gen import _job as job
+    from sglfleet.gen import _unit as job
 
 
 def main() -> None:
