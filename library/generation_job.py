@@ -160,13 +160,17 @@ options:
     description: Seconds between polls with I(wait).
     type: float
     default: 10
+extends_documentation_fragment:
+  - attributes
 attributes:
   check_mode:
     support: full
-    description: Reports whether the job would be started or stopped, and does nothing.
+    details:
+      - Reports whether the job would be started or stopped, and does nothing.
   diff_mode:
     support: none
-    description: Starts or stops a job, which changes no configuration a diff could show.
+    details:
+      - Starts or stops a job, which changes no configuration a diff could show.
 notes:
   - To watch a job from another play or a shell without starting anything, run
     C(sglfleet job status OUTPUT --json) on the fleet host (exit 0 complete, 3 complete with failures,

@@ -1,8 +1,8 @@
 """playbooks/training_resume.yml against CT 200: the loop closes.
 
 The whole cycle runs the real playbooks, on a fleet of 3 stand-in instances: the lab's stand-in trainer
-runs (testing/playbooks/lab_trainer.yml), phase training_stop stops it (checkpoint written, its unit recorded),
-the fleet serves, a job generates, merge builds the grown set on the controller; then phase
+runs (testing/playbooks/lab_trainer.yml), phase training_stop stops it (checkpoint written, its unit
+recorded), the fleet serves, a job generates, merge builds the grown set on the controller; then phase
 training_resume drains and stops the fleet, keeps aside the file that was where the trainer reads its set,
 moves the merged set in, and starts the trainer's unit again with a drop-in Environment= that hands over
 the set and the checkpoint. The trainer logs the rows it loaded and the step it resumed from: the test
