@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-PLAYBOOKS := $(wildcard playbooks/*.yml)
+PLAYBOOKS := $(wildcard playbooks/*.yml testing/playbooks/*.yml)
 PYTEST_FLAGS ?=
 
 .PHONY: help deps deps-lab venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
@@ -41,7 +41,7 @@ TEST_JOBS ?= 3
 CT201_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py tests/integration/test_doctor.py
 CT202_TESTS := tests/integration/test_host_phase.py tests/integration/test_site.py
 
-lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook
+lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook, ansible-test sanity
 	$(call timed,ruff check) $(BIN)/ruff check .
 	$(call timed,ruff format) $(BIN)/ruff format --check .
 	$(call timed,yamllint) $(BIN)/yamllint --strict .
@@ -49,12 +49,13 @@ lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every p
 	$(call timed,ansible-lint) ANSIBLE_INVENTORY_UNPARSED_FAILED=false $(BIN)/ansible-lint --offline
 	@# One ansible-playbook process checks them all: one start-up instead of one per playbook.
 	$(call timed,syntax-check) $(BIN)/ansible-playbook --syntax-check -i inventory/lab $(PLAYBOOKS)
+	@# ansible-test builds its own venv on a fresh machine (measured 70 s cold, 25-45 s warm).
+	$(call timed,sanity) scripts/collection-sanity
 
-# Not part of lint: ansible-test builds its own venv on a fresh machine (measured 70 s cold, 25-30 s warm).
-sanity: venv ## ansible-test sanity --test validate-modules on the collection built from library/ and roles/
+sanity: venv ## ansible-test sanity --test validate-modules on the collection (scripts/build-collection), installed
 	scripts/collection-sanity
 
-collection: venv ## build the collection sglfleet.fleet (build/sglfleet-fleet-VERSION.tar.gz) and install it into build/installed
+collection: venv ## build the collection sglfleet.ops (build/sglfleet-ops-VERSION.tar.gz) and install it into build/installed
 	scripts/build-collection --install build/installed
 
 test-unit: venv ## fast tests: no lab needed
@@ -106,7 +107,7 @@ DEMO_OUT := out/lab
 demo: deps-lab venv lab-up ## the main job end to end on the lab: site.yml, then where the outputs are and the headline numbers
 	@# CT 200 first, then a stand-in training job in it, so that phase training_stop has work to do.
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/provision.yml
-	$(BIN)/ansible-playbook -i inventory/lab playbooks/lab_trainer.yml
+	$(BIN)/ansible-playbook -i inventory/lab testing/playbooks/lab_trainer.yml
 	@start=$$(date +%s); $(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml; \
 	  echo; echo "site.yml took $$(( $$(date +%s) - start )) s"
 	@$(MAKE) --no-print-directory demo-summary

@@ -45,13 +45,9 @@ options:
     description: Memory a free GPU may still show as used (MiB).
     type: int
     default: 1024
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same read-only look in check mode.
-  diff_mode:
-    support: none
-    description: Only reads.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -53,13 +53,17 @@ options:
     type: str
     choices: [present, absent, read]
     default: present
+extends_documentation_fragment:
+  - attributes
 attributes:
   check_mode:
     support: full
-    description: Reports what would change and writes nothing.
+    details:
+      - Reports what would change and writes nothing.
   diff_mode:
     support: full
-    description: Shows the phase's record before and after.
+    details:
+      - Shows the phase's record before and after.
 notes:
   - A missing ledger file reads as an empty ledger (every phase pending); it is not an error.
   - An unreadable or malformed ledger fails the task with the file, line and field at fault.

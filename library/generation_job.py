@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: sglfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible module generation_job: a thin adapter over sglfleet.gen._job."""
+"""Ansible module generation_job: a thin adapter over sglfleet.gen._unit."""
 
 from __future__ import annotations
 
@@ -160,13 +160,17 @@ options:
     description: Seconds between polls with I(wait).
     type: float
     default: 10
+extends_documentation_fragment:
+  - attributes
 attributes:
   check_mode:
     support: full
-    description: Reports whether the job would be started or stopped, and does nothing.
+    details:
+      - Reports whether the job would be started or stopped, and does nothing.
   diff_mode:
     support: none
-    description: Starts or stops a job, which changes no configuration a diff could show.
+    details:
+      - Starts or stops a job, which changes no configuration a diff could show.
 notes:
   - To watch a job from another play or a shell without starting anything, run
     C(sglfleet job status OUTPUT --json) on the fleet host (exit 0 complete, 3 complete with failures,
@@ -276,7 +280,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.gen import _job as job
+    from sglfleet.gen import _unit as job
 
 
 def main() -> None:

@@ -36,16 +36,15 @@ options:
     description: Seconds to wait for each nvidia-smi query.
     type: int
     default: 30
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
+  - attributes.facts
 attributes:
-  check_mode:
-    support: full
-    description: Runs the same read-only queries in check mode.
-  diff_mode:
-    support: none
-    description: Only reads; it changes nothing a diff could show.
   facts:
     support: full
-    description: Sets C(ansible_facts.sglfleet_gpu_facts) to the whole result.
+    details:
+      - Sets C(ansible_facts.sglfleet_gpu_facts) to the whole result.
 notes:
   - Memory figures are MiB, as nvidia-smi reports them with C(nounits).
   - Inside an LXC container nvidia-smi may not see the processes of the host; I(processes) lists what

@@ -150,13 +150,17 @@ options:
     default: 300
 requirements:
   - sglfleet (with proxmoxer) on the host the module runs on
+extends_documentation_fragment:
+  - attributes
 attributes:
   check_mode:
     support: full
-    description: Reads the container's state and config and reports what it would change, with no write.
+    details:
+      - Reads the container's state and config and reports what it would change, with no write.
   diff_mode:
     support: full
-    description: Shows the managed config keys and the status before and after.
+    details:
+      - Shows the managed config keys and the status before and after.
 """
 
 EXAMPLES = r"""

@@ -71,13 +71,9 @@ options:
     description: Fail unless every instance is healthy (after waiting).
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Probes in check mode too; the probes only read.
-  diff_mode:
-    support: none
-    description: Only probes; it changes nothing a diff could show.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 notes:
   - Probes go from the host the module runs on; run it on the fleet host (or delegate) when the
     instances listen on 127.0.0.1.

@@ -145,13 +145,17 @@ options:
     description: Prefix of the variable names messages use (the role passes C(sglang_fleet_)).
     type: str
     default: ""
+extends_documentation_fragment:
+  - attributes
 attributes:
   check_mode:
     support: full
-    description: Plans and reports which environment files would change; writes nothing.
+    details:
+      - Plans and reports which environment files would change; writes nothing.
   diff_mode:
     support: full
-    description: Shows each environment file before and after, with the API key masked.
+    details:
+      - Shows each environment file before and after, with the API key masked.
 """
 
 EXAMPLES = r"""

@@ -138,13 +138,9 @@ options:
         description: GPUs passed through (devN needs root@pam with its password).
         type: int
         default: 0
-attributes:
-  check_mode:
-    support: full
-    description: Reads only, in either mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to diff.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -35,13 +35,17 @@ options:
     type: str
     choices: [observed, present]
     default: observed
+extends_documentation_fragment:
+  - attributes
 attributes:
   check_mode:
     support: full
-    description: Says whether the set would be moved in and what would be kept aside; moves nothing.
+    details:
+      - Says whether the set would be moved in and what would be kept aside; moves nothing.
   diff_mode:
     support: full
-    description: The sha256 and row count before and after.
+    details:
+      - The sha256 and row count before and after.
 """
 
 EXAMPLES = r"""

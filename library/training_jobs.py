@@ -36,13 +36,9 @@ options:
     type: list
     elements: int
     default: []
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same read-only look in check mode.
-  diff_mode:
-    support: none
-    description: Only reads; it changes nothing a diff could show.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -72,13 +72,9 @@ options:
     description: With I(state=look), the nvidia-smi command.
     type: str
     default: nvidia-smi
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same read-only look in check mode.
-  diff_mode:
-    support: none
-    description: Only reads.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

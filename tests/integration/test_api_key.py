@@ -1,4 +1,4 @@
-"""The API key on the lab fleet: set through playbooks/serve.yml, it reaches the servers only through
+"""The API key on the lab fleet: set through playbooks/fleet.yml, it reaches the servers only through
 the 0600 EnvironmentFile and sglfleet.launch: no process in CT 200 has it on its command line, no
 journal line holds it, and the servers require it (401 without, 200 with). A normal stop of an
 instance is not a failure in systemd's eyes (the drain of SGLang 0.5.12 ends in SIGKILL of itself).
@@ -73,7 +73,7 @@ def served(
     )
     # Where the journal stands now: the tests read what this fleet wrote, from here on.
     since = prepared_ct.out("date +%s")
-    run = ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
+    run = ansible.playbook("playbooks/fleet.yml", "-e", f"@{extra}")
     yield Served(run, f"journalctl --no-pager --output=cat --since=@{since}")
     prepared_ct.run(RESET)
 

@@ -45,7 +45,7 @@ class Fleet:
     def serve(self, **overrides: object) -> PlaybookRun:
         extra = self.tmp / f"vars-{time.monotonic_ns()}.json"
         extra.write_text(json.dumps({**self.vars, **overrides}))
-        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
+        return self.ansible.playbook("playbooks/fleet.yml", "-e", f"@{extra}")
 
     def props(self, i: int, *names: str) -> dict[str, str]:
         return self.ct.unit_props(f"sglang@{i}.service", names)

@@ -1,5 +1,5 @@
 """Phase router on the lab: the REAL sglang-router (0.3.2 from PyPI) under systemd in CT 200, in front
-of the stand-in instances playbooks/serve.yml started. It converges, re-runs at changed=0, passes its
+of the stand-in instances playbooks/fleet.yml started. It converges, re-runs at changed=0, passes its
 health gate with every instance registered, keeps the API key off every command line, follows the
 fleet when an instance is added, and takes one `sglfleet generate` job exactly once."""
 
@@ -65,7 +65,7 @@ def routed(
     # containers made before the lab's model store held a tokenizer get it here
     prepared_ct.put(f"{MODEL_DIR}/tokenizer.json", json.dumps(tokenizer_json()))
     extra = _vars(tmp_path_factory.mktemp("router") / "vars.json", instances=2)
-    served = ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
+    served = ansible.playbook("playbooks/fleet.yml", "-e", f"@{extra}")
     assert served.rc == 0, served.explain()
     run = ansible.playbook("playbooks/router.yml", "-e", f"@{extra}")
     yield run, extra
@@ -153,7 +153,7 @@ def test_the_router_follows_the_fleet(
 ) -> None:
     assert routed[0].rc == 0
     three = _vars(tmp_path / "vars.json", instances=3)
-    assert ansible.playbook("playbooks/serve.yml", "-e", f"@{three}").rc == 0
+    assert ansible.playbook("playbooks/fleet.yml", "-e", f"@{three}").rc == 0
     run = ansible.playbook("playbooks/router.yml", "-e", f"@{three}")
     assert run.rc == 0, run.explain()
     assert "Write the router's environment file" in " ".join(run.changed_tasks())

@@ -1,4 +1,4 @@
-"""playbooks/serve.yml against CT 200: eight stand-in SGLang instances under systemd.
+"""playbooks/fleet.yml against CT 200: eight stand-in SGLang instances under systemd.
 
 The tests run in file order on one fleet (module fixture): bring-up, idempotence, a rolling
 restart, systemd restarting a killed instance, bad variables, then 8 -> 3 instances. CT 200 shares
@@ -48,7 +48,7 @@ class Fleet:
     def serve(self, *args: str, **overrides: object) -> PlaybookRun:
         extra = self.tmp / f"vars-{time.monotonic_ns()}.json"
         extra.write_text(json.dumps({**self.vars, **overrides}))
-        return self.ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}", *args)
+        return self.ansible.playbook("playbooks/fleet.yml", "-e", f"@{extra}", *args)
 
     def props(self, i: int, *names: str) -> dict[str, str]:
         return self.ct.unit_props(f"sglang@{i}.service", names)

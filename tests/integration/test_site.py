@@ -45,7 +45,7 @@ def converged(session_ct: Container, session_ansible: Ansible) -> PlaybookRun:
     session_ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
     # As `make demo`: the lab's stand-in training job runs first, so that training_stop stops it and
     # training_resume starts it again.
-    trainer = session_ansible.playbook("playbooks/lab_trainer.yml")
+    trainer = session_ansible.playbook("testing/playbooks/lab_trainer.yml")
     assert trainer.rc == 0, trainer.explain()
     run = site(session_ansible)
     assert run.rc == 0, run.explain()

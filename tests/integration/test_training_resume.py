@@ -1,8 +1,8 @@
-"""playbooks/resume_training.yml against CT 200: the loop closes.
+"""playbooks/training_resume.yml against CT 200: the loop closes.
 
 The whole cycle runs the real playbooks, on a fleet of 3 stand-in instances: the lab's stand-in trainer
-runs (playbooks/lab_trainer.yml), phase training_stop stops it (checkpoint written, its unit recorded),
-the fleet serves, a job generates, merge builds the grown set on the controller; then phase
+runs (testing/playbooks/lab_trainer.yml), phase training_stop stops it (checkpoint written, its unit
+recorded), the fleet serves, a job generates, merge builds the grown set on the controller; then phase
 training_resume drains and stops the fleet, keeps aside the file that was where the trainer reads its set,
 moves the merged set in, and starts the trainer's unit again with a drop-in Environment= that hands over
 the set and the checkpoint. The trainer logs the rows it loaded and the step it resumed from: the test
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(1200)
 
 UNIT = "sglfleet-trainer.service"
 DROP_IN = f"/etc/systemd/system/{UNIT}.d/50-sglfleet-training-resume.conf"
-# inventory/lab/group_vars/fleet/training_resume.yml and playbooks/lab_trainer.yml
+# inventory/lab/group_vars/fleet/training_resume.yml and testing/playbooks/lab_trainer.yml
 DATASET = "/var/lib/sglfleet-lab/trainer/train.jsonl"
 CHECKPOINT = "/var/lib/sglfleet-lab/trainer/checkpoint.json"
 LEDGER = "/var/lib/sglfleet/ledger.json"
@@ -74,7 +74,14 @@ def cycle(
     work = tmp_path_factory.mktemp("resume-work")
     _clean(ct)
     extra = _vars(work)
-    phases = ("lab_trainer.yml", "stop_training.yml", "serve.yml", "prompts.yml", "generate.yml", "merge.yml")
+    phases = (
+        "testing/playbooks/lab_trainer.yml",
+        "training_stop.yml",
+        "fleet.yml",
+        "prompts.yml",
+        "generate.yml",
+        "merge.yml",
+    )
     for playbook in phases:
         run = ansible.playbook(playbook, *extra)
         assert run.rc == 0, f"{playbook}: {run.explain()}"
@@ -86,7 +93,7 @@ def cycle(
 
 @pytest.fixture(scope="module")
 def resumed(cycle: dict, prepared_ct: Container, ansible: Ansible) -> PlaybookRun:
-    check = ansible.playbook("resume_training.yml", "--check", "--diff", *cycle["extra"])
+    check = ansible.playbook("training_resume.yml", "--check", "--diff", *cycle["extra"])
     assert check.rc == 0, check.explain()
     # Check mode predicts the work and does none of it.
     assert check.total("changed") > 0, check.explain()
@@ -94,7 +101,7 @@ def resumed(cycle: dict, prepared_ct: Container, ansible: Ansible) -> PlaybookRu
     assert prepared_ct.out(f"systemctl is-active {units}").split() == ["active"] * INSTANCES
     assert prepared_ct.out(f"cat {DATASET}") == OLD_SET.strip()
     assert prepared_ct.run(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
-    run = ansible.playbook("resume_training.yml", *cycle["extra"])
+    run = ansible.playbook("training_resume.yml", *cycle["extra"])
     assert run.rc == 0, run.explain()
     return run
 
@@ -142,11 +149,11 @@ def test_a_rerun_and_the_phases_before_it_change_nothing(
 ) -> None:
     pid = prepared_ct.unit_props(UNIT, ["MainPID"])["MainPID"]
     for playbook, args in (
-        ("resume_training.yml", ()),
-        ("resume_training.yml", ("--check", "--diff")),
+        ("training_resume.yml", ()),
+        ("training_resume.yml", ("--check", "--diff")),
         # The cycle is closed: training_stop leaves the resumed training alone, the fleet stays stopped.
-        ("stop_training.yml", ()),
-        ("serve.yml", ()),
+        ("training_stop.yml", ()),
+        ("fleet.yml", ()),
     ):
         run = ansible.playbook(playbook, *args, *cycle["extra"])
         assert run.rc == 0, run.explain()
@@ -162,14 +169,14 @@ def test_a_stop_under_a_running_generation_job_is_refused(
     ct.run("systemctl start sglang@0.service")
     ct.run("systemd-run --unit=sglfleet-gen-resume-probe.service --collect sleep 300")
     try:
-        run = ansible.playbook("resume_training.yml", "--tags", "training_resume_preflight", *cycle["extra"])
+        run = ansible.playbook("training_resume.yml", "--tags", "training_resume_preflight", *cycle["extra"])
         assert run.rc != 0
         refusal = "a generation job is still running on the fleet (sglfleet-gen-resume-probe.service)"
         assert refusal in run.output, run.explain()
         assert ct.out("systemctl is-active sglang@0.service") == "active"
         # Kept instances are not stopped, so nothing is refused.
         kept = ansible.playbook(
-            "resume_training.yml", *cycle["extra"], "-e", '{"training_resume_keep_instances": [0]}'
+            "training_resume.yml", *cycle["extra"], "-e", '{"training_resume_keep_instances": [0]}'
         )
         assert kept.rc == 0, kept.explain()
         assert ct.out("systemctl is-active sglang@0.service") == "active"

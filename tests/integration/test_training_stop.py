@@ -1,4 +1,4 @@
-"""playbooks/stop_training.yml against CT 200, with the stand-in trainer as the training job.
+"""playbooks/training_stop.yml against CT 200, with the stand-in trainer as the training job.
 
 The lab's group_vars name the job both ways: the unit sglfleet-trainer.service and the pattern
 matching the trainer's command line (so the unit's own process matches too, and must be stopped
@@ -97,7 +97,7 @@ def jobs(prepared_ct: Container) -> Iterator[Jobs]:
 
 def stop_training(ansible: Ansible, *args: str) -> PlaybookRun:
     return ansible.playbook(
-        "playbooks/stop_training.yml", "-e", f"ansible_python_interpreter={MODULE_PYTHON}", *args
+        "playbooks/training_stop.yml", "-e", f"ansible_python_interpreter={MODULE_PYTHON}", *args
     )
 
 

@@ -19,7 +19,7 @@ from test_status import consecutive_free_ports
 
 from sglfleet.fleet import _health as health
 from sglfleet.fleet import _ledger as ledger
-from sglfleet.gen import _job as gen_job
+from sglfleet.gen import _unit as gen_job
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -132,7 +132,7 @@ def test_generate_refuses_a_host_whose_fleet_has_not_served(tmp_path: Path) -> N
     ledger.record_phase(tmp_path / "fleet" / "ledger.json", "prompts", "done", {"prompts": 3})
     rc, out, saved = _endpoints(tmp_path, inv)
     assert rc != 0 and saved is None
-    assert "phase fleet is not done on localhost" in out and "playbooks/serve.yml" in out
+    assert "phase fleet is not done on localhost" in out and "playbooks/fleet.yml" in out
 
 
 def _record(tmp_path: Path, inv: Path, job: dict, max_failures: int) -> tuple[int, str]:

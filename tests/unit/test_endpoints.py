@@ -47,7 +47,7 @@ def test_a_host_that_has_not_served_is_named(tmp_path: Path) -> None:
         endpoints.from_ledgers(ledgers, ledger_path="/var/lib/sglfleet/ledger.json")
     assert str(err.value) == (
         "phase fleet is not done on ct201, ct202 (its ledger /var/lib/sglfleet/ledger.json records no "
-        "ports): run playbooks/serve.yml first, or list the instances in generate_endpoints"
+        "ports): run playbooks/fleet.yml first, or list the instances in generate_endpoints"
     )
 
 

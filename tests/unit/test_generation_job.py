@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from generate_support import assert_exactly_once, fleet, write_conversations
 
-from sglfleet.gen import _job as job
+from sglfleet.gen import _unit as job
 from sglfleet.gen._manifest import load, manifest_path
 from sglfleet.host import _systemd as systemd
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglfleet.gen import _job as job
+from sglfleet.gen import _unit as job
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o666, 0o600, 0o400])

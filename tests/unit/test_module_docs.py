@@ -6,11 +6,13 @@ import guard in module_utils/), not a traceback."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from module_runner import LIBRARY, assert_examples_use_documented_options, module_argv, module_doc
 
 from sglfleet.fleet import _ledger
@@ -58,6 +60,22 @@ def test_documentation_renders_and_is_complete(name: str) -> None:
         assert attribute in attributes, f"attributes.{attribute} is missing"
         assert attributes[attribute].get("description"), f"attributes.{attribute} has no description"
         assert attributes[attribute]["support"] in ("full", "partial", "none")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_what_the_attributes_mean_is_written_once_in_the_doc_fragment(name: str) -> None:
+    """doc_fragments/attributes.py describes check_mode and diff_mode; a module gives only its support and
+    its own details (or takes the read-only variant whole)."""
+    tree = ast.parse((LIBRARY / f"{name}.py").read_text())
+    (text,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DOCUMENTATION"
+    ]
+    raw = yaml.safe_load(text)
+    assert "attributes" in raw["extends_documentation_fragment"]
+    for attribute, spec in (raw.get("attributes") or {}).items():
+        assert "description" not in spec, f"attributes.{attribute}: its description is the fragment's"
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -60,7 +60,7 @@ def from_ledgers(
     if bad:
         raise EndpointError(
             f"phase fleet is not done on {', '.join(bad)} (its ledger {ledger_path} records no ports): run "
-            "playbooks/serve.yml first, or list the instances in generate_endpoints"
+            "playbooks/fleet.yml first, or list the instances in generate_endpoints"
         )
     addresses = addresses or {}
     hosts = {

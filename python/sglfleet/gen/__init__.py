@@ -8,7 +8,8 @@
 - `dispatch` / `client`: fewest-in-flight dispatch over endpoints, and the HTTP attempts.
 - `progress`: what a running job prints; `metrics`: what `--metrics-port` serves.
 - `watch`: `job_status(OUT)`, where a job stands, from another shell (`sglfleet job status`).
-- `job`: the job as a systemd unit on a fleet host (what the `generation_job` module drives).
+- `unit`: a generation job as a transient systemd unit on a fleet host (what module `generation_job`
+  drives).
 """
 
 from typing import TYPE_CHECKING

@@ -5,7 +5,9 @@ Usage: build_wheels.py OUT_DIR SOURCE [SOURCE ...]
 
 Each source (a directory with pyproject.toml) is hashed file by file; a wheel already built from the same
 content is reused from OUT_DIR/<digest>/, so that the several plays of one run (and later runs) build each
-wheel once. SOURCE_DATE_EPOCH fixes the archive's timestamps: unchanged source, identical bytes.
+wheel once. SOURCE_DATE_EPOCH fixes the archive's timestamps: unchanged source, identical bytes. A source
+that is a built wheel (a `.whl` file: the one the collection carries) is taken as it is; OUT_DIR is then
+left alone.
 Prints one JSON object: {"wheels": [{"source", "path", "name", "sha256"}, ...]}.
 """
 
@@ -69,29 +71,38 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out, sources = Path(argv[0]), [Path(s).resolve() for s in argv[1:]]
-    out.mkdir(parents=True, exist_ok=True)
+    for src in sources:
+        if not (is_wheel(src) or (src / "pyproject.toml").is_file()):
+            print(f"{src}: neither a built wheel nor a directory with pyproject.toml", file=sys.stderr)
+            return 2
+    built = {}
+    if not all(is_wheel(src) for src in sources):
+        out.mkdir(parents=True, exist_ok=True)
+        # Plays of one run on several hosts may call this at once: one builder at a time per OUT_DIR.
+        with (out / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for src in sources:
+                if not is_wheel(src):
+                    dest = out / source_digest(src)
+                    found = sorted(dest.glob("*.whl")) if dest.is_dir() else []
+                    built[src] = found[0] if found else build(src, dest)
     wheels = []
-    # Plays of one run on several hosts may call this at once: one builder at a time per OUT_DIR.
-    with (out / ".lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for src in sources:
-            if not (src / "pyproject.toml").is_file():
-                print(f"{src}: no pyproject.toml here, not a package source", file=sys.stderr)
-                return 2
-            dest = out / source_digest(src)
-            found = sorted(dest.glob("*.whl")) if dest.is_dir() else []
-            wheel = found[0] if found else build(src, dest)
-            data = wheel.read_bytes()
-            wheels.append(
-                {
-                    "source": str(src),
-                    "path": str(wheel),
-                    "name": wheel.name,
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                }
-            )
+    for src in sources:
+        wheel = built.get(src, src)
+        wheels.append(
+            {
+                "source": str(src),
+                "path": str(wheel),
+                "name": wheel.name,
+                "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+            }
+        )
     print(json.dumps({"wheels": wheels}))
     return 0
+
+
+def is_wheel(src: Path) -> bool:
+    return src.suffix == ".whl" and src.is_file()
 
 
 if __name__ == "__main__":
