@@ -34,13 +34,9 @@ options:
     description: Where the ledgers are, named in the error.
     type: str
     default: /var/lib/sglfleet/ledger.json
-attributes:
-  check_mode:
-    support: full
-    description: Decides the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing a diff could show.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 """
 
 EXAMPLES = r"""

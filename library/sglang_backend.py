@@ -61,13 +61,9 @@ options:
   env_file:
     description: An EnvironmentFile to read back (C(KEY=VALUE), quotes removed, comments skipped).
     type: path
-attributes:
-  check_mode:
-    support: full
-    description: Reads the same things in check mode.
-  diff_mode:
-    support: none
-    description: Only reads; it changes nothing a diff could show.
+extends_documentation_fragment:
+  - attributes
+  - attributes.read_only
 notes:
   - The backend table and the SGLang source lines it follows are in C(python/sglfleet/fleet/_backend.py).
 """
