@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from generate_support import fleet, write_batch
-from polling import wait_until
+from support.polling import wait_until
 
 from sglfleet.exitcodes import ExitCode
 

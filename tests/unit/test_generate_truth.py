@@ -25,7 +25,7 @@ from generate_support import (
     write_batch,
     write_conversations,
 )
-from polling import wait_until
+from support.polling import wait_until
 from sglfleet_testing.standin.process import free_port
 from test_generate_faults import Background, _config, _lines, _run, latency_servers
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from polling import wait_until
+from support.polling import wait_until
 from sglfleet_testing.standin.process import free_port
 
 from sglfleet.launch import KEY_VARIABLE, REDACTED, keys_in_argv, protect_log, redact

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from polling import wait_until
+from support.polling import wait_until
 from test_generate_faults import _run, latency_servers
 
 from sglfleet.cli import main

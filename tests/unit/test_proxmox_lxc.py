@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from module_runner import module_argv
-from polling import wait_until
+from support.polling import wait_until
 
 from sglfleet.pve._client import Credentials, PveApiError, PveClient
 

@@ -1,4 +1,4 @@
-"""Waiting in tests: poll a condition, never sleep a fixed time to let something happen."""
+"""Waiting in tests (every tier): poll a condition, never sleep a fixed time to let something happen."""
 
 from __future__ import annotations
 
