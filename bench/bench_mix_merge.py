@@ -188,15 +188,12 @@ def peak_rss_mib():
 
 t = time.perf_counter()
 if sys.argv[1] == "mix":
-    from sglfleet.data._existing import CategoryCache
-    from sglfleet.data._mix import build_mix
-    from sglfleet.data._mixconfig import load_config
+    from sglfleet.data import CategoryCache, build_mix, load_config
     cache = CategoryCache(Path(sys.argv[5]))
     report = build_mix(load_config(Path(sys.argv[2])), Path(sys.argv[3]), Path(sys.argv[4]), cache=cache)
     rows = report.as_dict()["prompts"]
 elif sys.argv[1] == "merge":
-    from sglfleet.data._existing import CategoryCache
-    from sglfleet.data._merge import merge
+    from sglfleet.data import CategoryCache, merge
     cache = CategoryCache(Path(sys.argv[7]) if sys.argv[7] != "-" else None)
     report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]), cache=cache)
     rows = report.as_dict()["rows"]["total"]
@@ -350,7 +347,7 @@ def recall_bench(threshold: float, pairs: int, background: int, num_perm: int | 
     set) among unrelated texts; count what the deduper drops."""
     import datasketch  # noqa: F401 (loaded before the memory is measured)
 
-    from sglfleet.data._dedupe import NearDeduper
+    from sglfleet.data import NearDeduper
 
     rng, words = random.Random(seed), Words()
     high = [planted_pair(rng, words, rng.uniform(threshold + 0.05, 1.0), True) for _ in range(pairs)]
@@ -434,7 +431,7 @@ def print_recall(threshold: float, pairs: int, background: int) -> None:
 def cluster_bench(sizes: tuple[int, ...], threshold: float) -> None:
     """Clusters of near copies of one prompt (the prompt + one word of its own each: Jaccard >= 0.93
     between any two) among unrelated texts: how many of each cluster are kept (ideal: 1)."""
-    from sglfleet.data._dedupe import NearDeduper
+    from sglfleet.data import NearDeduper
 
     print(f"## Near-copy clusters, threshold {threshold} (ideal: 1 kept, any cluster size)")
     print()

@@ -140,12 +140,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _ledger as sgl_ledger
+    from sglfleet.fleet import PHASES as LEDGER_PHASES
+    from sglfleet.fleet import STATUSES as LEDGER_STATUSES
+    from sglfleet.fleet import LedgerError, load_ledger, record_phase, remove_phase
 
 # The package's own lists. Without the package (ansible-test sanity, ansible-doc tooling) the documented
 # ones; tests/unit/test_module_docs.py keeps the two equal.
 PHASES = (
-    list(sgl_ledger.PHASES)
+    list(LEDGER_PHASES)
     if SGLFLEET.ok
     else [
         "host",
@@ -162,7 +164,7 @@ PHASES = (
         "training_resume",
     ]
 )
-STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]
+STATUSES = list(LEDGER_STATUSES) if SGLFLEET.ok else ["done", "failed", "pending"]
 
 
 def _dump(model):
@@ -187,7 +189,7 @@ def main():
     exists = os.path.exists(path)
     try:
         if params["state"] == "read":
-            ledger = sgl_ledger.load_ledger(path)
+            ledger = load_ledger(path)
             module.exit_json(
                 changed=False,
                 path=path,
@@ -196,12 +198,12 @@ def main():
                 checklist=[row.model_dump(mode="json") for row in ledger.checklist()],
             )
         if params["state"] == "present":
-            result = sgl_ledger.record_phase(
+            result = record_phase(
                 path, params["phase"], params["status"], params["evidence"], check_mode=module.check_mode
             )
         else:
-            result = sgl_ledger.remove_phase(path, params["phase"], check_mode=module.check_mode)
-    except (sgl_ledger.LedgerError, ValueError) as exc:
+            result = remove_phase(path, params["phase"], check_mode=module.check_mode)
+    except (LedgerError, ValueError) as exc:
         module.fail_json(msg=str(exc), path=path)
 
     out = {

@@ -17,9 +17,8 @@ import pytest
 from sglfleet_testing.standin.process import standin_argv
 from test_status import consecutive_free_ports
 
-from sglfleet.fleet import _health as health
-from sglfleet.fleet import _ledger as ledger
-from sglfleet.gen import _job as gen_job
+from sglfleet.fleet import check_fleet, endpoints_from_range, load_ledger, record_phase
+from sglfleet.gen import job_verdict
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -67,7 +66,7 @@ def test_prompts_follows_the_inventory_and_reruns_unchanged(tmp_path: Path) -> N
     prompts = (tmp_path / "fleet" / "prompts.jsonl").read_text().splitlines()
     assert len(prompts) == 120
     assert (tmp_path / "work" / "prompts.jsonl").read_text().splitlines() == prompts
-    record = ledger.load_ledger(tmp_path / "fleet" / "ledger.json").phases["prompts"]
+    record = load_ledger(tmp_path / "fleet" / "ledger.json").phases["prompts"]
     assert record.status == "done" and record.evidence["prompts"] == 120
     assert record.evidence["path"] == str(tmp_path / "fleet" / "prompts.jsonl")
 
@@ -102,7 +101,7 @@ def test_generate_takes_its_endpoints_from_the_fleet_phase_record(tmp_path: Path
     inv = inventory(tmp_path)
     path = tmp_path / "fleet" / "ledger.json"
     ports = [31000, 31001, 31002]
-    ledger.record_phase(path, "fleet", "done", {"instances": 3, "ports": ports, "model": "target-model"})
+    record_phase(path, "fleet", "done", {"instances": 3, "ports": ports, "model": "target-model"})
     (inv / "host_vars").mkdir()
     (inv / "host_vars" / "localhost.yml").write_text("generate_endpoint_host: 10.9.8.7\n")
     rc, out, saved = _endpoints(tmp_path, inv)
@@ -116,7 +115,7 @@ def test_generate_takes_its_endpoints_from_the_fleet_phase_record(tmp_path: Path
 
 def test_generate_refuses_a_host_whose_fleet_has_not_served(tmp_path: Path) -> None:
     inv = inventory(tmp_path)
-    ledger.record_phase(tmp_path / "fleet" / "ledger.json", "prompts", "done", {"prompts": 3})
+    record_phase(tmp_path / "fleet" / "ledger.json", "prompts", "done", {"prompts": 3})
     rc, out, saved = _endpoints(tmp_path, inv)
     assert rc != 0 and saved is None
     assert "phase fleet is not done on localhost" in out and "playbooks/serve.yml" in out
@@ -155,7 +154,7 @@ def _job(status: str, failed: int, max_failures: int = 0) -> dict:
     """A finished job as generation_job returns it: its phase_done is the package's own verdict."""
     counts = {"total": 600, "done": 600 - failed, "failed": failed}
     manifest = SimpleNamespace(status=status, counts=SimpleNamespace(failed=failed))
-    phase_done, _ = gen_job.verdict(
+    phase_done, _ = job_verdict(
         SimpleNamespace(manifest=manifest, running=False, exit_status=None), max_failures
     )
     return {
@@ -184,7 +183,7 @@ def test_generate_is_done_only_within_the_failure_tolerance(
 ) -> None:
     inv = inventory(tmp_path)
     rc, out = _record(tmp_path, inv, _job(status, failed, max_failures), max_failures)
-    record = ledger.load_ledger(tmp_path / "fleet" / "ledger.json").phases["generate"]
+    record = load_ledger(tmp_path / "fleet" / "ledger.json").phases["generate"]
     assert record.status == recorded, out[-3000:]
     assert record.evidence["failed"] == failed and record.evidence["max_failures"] == max_failures
     if recorded == "done":
@@ -208,9 +207,7 @@ def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: P
     server = subprocess.Popen(standin_argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
-        assert health.check_fleet(
-            health.endpoints_from_range("127.0.0.1", port, 1), wait=30, interval=0.1
-        ).all_healthy
+        assert check_fleet(endpoints_from_range("127.0.0.1", port, 1), wait=30, interval=0.1).all_healthy
         job = subprocess.run(
             [sys.executable, "-m", "sglfleet", "generate", "-i", str(tmp_path / "fleet" / "prompts.jsonl"),
              "-o", str(tmp_path / "fleet" / "results.jsonl"), "-e", url, "--max-tokens", "64"],
@@ -226,7 +223,7 @@ def test_prompts_then_merge_follow_the_inventory_and_rerun_unchanged(tmp_path: P
     report = json.loads((tmp_path / "work" / "merge-report.json").read_text())
     merged = (tmp_path / "work" / "merged.jsonl").read_text().splitlines()
     assert len(merged) == report["rows"]["total"] > report["rows"]["existing"]
-    record = ledger.load_ledger(tmp_path / "fleet" / "ledger.json").phases["merge"]
+    record = load_ledger(tmp_path / "fleet" / "ledger.json").phases["merge"]
     assert record.status == "done" and record.evidence["rows_after"] == len(merged)
 
     rc, out, stats = playbook(inv, "playbooks/merge.yml")

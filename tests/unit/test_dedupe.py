@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from datasketch import MinHash
 
+from sglfleet.data import build_mix, parse_config
 from sglfleet.data._dedupe import NearDeduper, Signer, plan_lsh, shingles
-from sglfleet.data._mix import build_mix
-from sglfleet.data._mixconfig import parse_config
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,9 +22,9 @@ from sglfleet.doctor import (
     Status,
     _probe,
     check_host,
+    missing_privileges,
     render,
 )
-from sglfleet.doctor._pve import missing_privileges
 
 GIB = 1024**3
 # As a 580+ driver registers 195 (open-gpu-kernel-modules nv.c nvidia_init_module: "nvidia", "nvidiactl").

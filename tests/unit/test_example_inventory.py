@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglfleet.data._mixconfig import parse_config
+from sglfleet.data import parse_config
 
 pytestmark = pytest.mark.timeout(300)
 

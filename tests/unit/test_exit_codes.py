@@ -40,7 +40,7 @@ def test_the_documented_table_is_the_scheme() -> None:
     text = (REPO / "docs/exit-codes.md").read_text()
     rows = {int(code): name for code, name in re.findall(r"^\| *(\d+) \| `([A-Z_]+)` \|", text, re.M)}
     assert rows == {code.value: code.name for code in ExitCode}
-    from sglfleet.gen._engine import ExitCode as EngineExitCode
+    from sglfleet.gen import ExitCode as EngineExitCode
 
     assert EngineExitCode is ExitCode
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglfleet.gen._formats import GenParams, InputFormat, iter_requests, scan_input
+from sglfleet.gen import GenParams, InputFormat, iter_requests, scan_input
 
 
 def _write(tmp_path: Path, lines: list[object]) -> Path:

@@ -21,10 +21,17 @@ from rich.console import Console
 from sglfleet_testing.standin.process import StandinProcess
 
 from sglfleet.cli import main as cli_main
-from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._manifest import load, manifest_path
-from sglfleet.gen._progress import LogReporter, RichReporter
+from sglfleet.gen import (
+    ExitCode,
+    GenerateConfig,
+    GenParams,
+    LogReporter,
+    Outcome,
+    RichReporter,
+    manifest_path,
+    run,
+)
+from sglfleet.gen import load_manifest as load
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from generate_support import assert_exactly_once, fleet, write_conversations
 
-from sglfleet.gen._manifest import load, manifest_path
+from sglfleet.gen import load_manifest as load
+from sglfleet.gen import manifest_path
 
 pytestmark = pytest.mark.timeout(90)
 

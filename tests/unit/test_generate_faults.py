@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 from generate_support import assert_exactly_once, fleet, read_jsonl, write_batch, write_conversations
 
-from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, run
-from sglfleet.gen._manifest import load, manifest_path
-from sglfleet.gen._progress import LogReporter
+from sglfleet.gen import ExitCode, GenerateConfig, LogReporter, Outcome, manifest_path, run
+from sglfleet.gen import load_manifest as load
 
 pytestmark = pytest.mark.timeout(90)
 HERE = Path(__file__).parent

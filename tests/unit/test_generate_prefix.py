@@ -17,11 +17,9 @@ import pytest
 from generate_support import assert_exactly_once, fleet, requests_served
 
 from sglfleet.cli import main as cli_main
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, Outcome, run
 from sglfleet.gen._affinity import PrefixAffinity
 from sglfleet.gen._dispatch import EndpointPool
-from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._progress import LogReporter
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from test_generate_faults import _get_json, _run, latency_servers
 
-from sglfleet.data._merge import merge
-from sglfleet.gen._engine import ExitCode
-from sglfleet.gen._formats import GenParams
+from sglfleet.data import merge
+from sglfleet.gen import ExitCode, GenParams
 
 pytestmark = pytest.mark.timeout(60)
 

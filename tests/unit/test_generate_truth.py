@@ -25,15 +25,13 @@ from generate_support import (
     write_batch,
     write_conversations,
 )
-from support.polling import wait_until
 from sglfleet_testing.standin.process import free_port
+from support.polling import wait_until
 from test_generate_faults import Background, _config, _lines, _run, latency_servers
 
-from sglfleet.data._merge import merge
-from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._manifest import load, manifest_path
-from sglfleet.gen._progress import LogReporter
+from sglfleet.data import merge
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, manifest_path, run
+from sglfleet.gen import load_manifest as load
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ import pytest
 from generate_support import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
 
 from sglfleet.cli import main as cli_main
-from sglfleet.gen._manifest import load, manifest_path
+from sglfleet.gen import load_manifest as load
+from sglfleet.gen import manifest_path
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -121,8 +122,7 @@ def test_job_status_of_a_killed_job_says_stopped(tmp_path: Path) -> None:
 
 
 def test_the_manifest_is_rewritten_on_its_own_timer(tmp_path: Path) -> None:
-    from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-    from sglfleet.gen._progress import LogReporter
+    from sglfleet.gen import ExitCode, GenerateConfig, LogReporter, run
 
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_batch(inp, 150)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
-from sglfleet.fleet import _gpus as gpus
+from sglfleet.fleet import GpuQueryError, combine, parse_compute_apps, parse_gpus, query_gpus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,20 +24,20 @@ def text(name: str) -> str:
 
 
 def test_parse_eight_idle_workstation_gpus() -> None:
-    parsed = gpus.parse_gpus(text("rtxpro6000_ws_idle.gpus.csv"))
+    parsed = parse_gpus(text("rtxpro6000_ws_idle.gpus.csv"))
     assert [g.index for g in parsed] == list(range(8))
     first = parsed[0]
     assert first.name == "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
     assert first.uuid == "GPU-3f0a2c1e-5d7b-4e43-9a61-0c2d8e7f9b10"
     assert (first.memory_used_mib, first.memory_total_mib) == (2, 97887)
     assert (first.compute_cap, first.sm, first.driver_version) == ("12.0", "120", "580.95.05")
-    assert gpus.parse_compute_apps(text("rtxpro6000_ws_idle.apps.csv")) == []
+    assert parse_compute_apps(text("rtxpro6000_ws_idle.apps.csv")) == []
 
 
 def test_busy_training_processes_land_on_their_gpus() -> None:
-    facts = gpus.combine(
-        gpus.parse_gpus(text("rtxpro6000_srv_training.gpus.csv")),
-        gpus.parse_compute_apps(text("rtxpro6000_srv_training.apps.csv")),
+    facts = combine(
+        parse_gpus(text("rtxpro6000_srv_training.gpus.csv")),
+        parse_compute_apps(text("rtxpro6000_srv_training.apps.csv")),
         "/usr/bin/nvidia-smi",
     )
     assert facts.gpu_count == 8 and facts.busy_gpus == tuple(range(8))
@@ -51,9 +51,9 @@ def test_busy_training_processes_land_on_their_gpus() -> None:
 
 
 def test_na_fields_are_none() -> None:
-    facts = gpus.combine(
-        gpus.parse_gpus(text("rtxpro6000_srv_container_na.gpus.csv")),
-        gpus.parse_compute_apps(text("rtxpro6000_srv_container_na.apps.csv")),
+    facts = combine(
+        parse_gpus(text("rtxpro6000_srv_container_na.gpus.csv")),
+        parse_compute_apps(text("rtxpro6000_srv_container_na.apps.csv")),
         "/usr/bin/nvidia-smi",
     )
     assert facts.gpus[1].memory_used_mib is None and facts.gpus[1].memory_total_mib == 97887
@@ -63,8 +63,8 @@ def test_na_fields_are_none() -> None:
 
 
 def test_process_on_an_unlisted_gpu_keeps_its_uuid() -> None:
-    apps = gpus.parse_compute_apps("77, GPU-00000000-0000-0000-0000-000000000000, 100, python\n")
-    facts = gpus.combine(gpus.parse_gpus(text("rtxpro6000_ws_idle.gpus.csv")), apps, "nvidia-smi")
+    apps = parse_compute_apps("77, GPU-00000000-0000-0000-0000-000000000000, 100, python\n")
+    facts = combine(parse_gpus(text("rtxpro6000_ws_idle.gpus.csv")), apps, "nvidia-smi")
     assert facts.processes[0].gpu_index is None and facts.busy_gpus == ()
 
 
@@ -80,12 +80,12 @@ def test_process_on_an_unlisted_gpu_keeps_its_uuid() -> None:
     ],
 )
 def test_malformed_gpu_lines_are_named(csv_text: str, message: str) -> None:
-    with pytest.raises(gpus.GpuQueryError, match=message):
-        gpus.parse_gpus(csv_text)
+    with pytest.raises(GpuQueryError, match=message):
+        parse_gpus(csv_text)
 
 
 def test_no_nvidia_smi_is_zero_gpus(tmp_path: Path) -> None:
-    facts = gpus.query(str(tmp_path / "nvidia-smi"))
+    facts = query_gpus(str(tmp_path / "nvidia-smi"))
     assert (facts.nvidia_smi_found, facts.gpu_count, facts.gpus) == (False, 0, ())
 
 
@@ -107,7 +107,7 @@ def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_query_runs_both_queries(fake_smi) -> None:
     fake_smi("rtxpro6000_srv_training")
-    facts = gpus.query()
+    facts = query_gpus()
     assert facts.nvidia_smi_found and facts.nvidia_smi_path.endswith("/bin/nvidia-smi")
     assert facts.gpu_count == 8 and len(facts.processes) == 8
 
@@ -119,15 +119,15 @@ def test_query_reports_a_failing_driver(tmp_path: Path, fake_smi) -> None:
         "Make sure that the latest NVIDIA driver is installed and running.\n"
     )
     fake_smi(str(prefix))
-    with pytest.raises(gpus.GpuQueryError, match=r"--query-gpu=.*: exit code 9: NVIDIA-SMI has failed"):
-        gpus.query()
+    with pytest.raises(GpuQueryError, match=r"--query-gpu=.*: exit code 9: NVIDIA-SMI has failed"):
+        query_gpus()
 
 
 def test_query_no_devices_is_zero_gpus(tmp_path: Path, fake_smi, monkeypatch) -> None:
     (tmp_path / "none.fail").write_text("No devices were found\n")
     fake_smi(str(tmp_path / "none"))
     monkeypatch.setenv("FAKE_NVSMI_RC", "6")
-    facts = gpus.query()
+    facts = query_gpus()
     assert facts.nvidia_smi_found and facts.gpu_count == 0
 
 
@@ -135,8 +135,8 @@ def test_query_timeout(tmp_path: Path) -> None:
     slow = tmp_path / "nvidia-smi"
     slow.write_text("#!/bin/sh\nsleep 5\n")
     slow.chmod(0o755)
-    with pytest.raises(gpus.GpuQueryError, match=r"no answer within 0.3 s"):
-        gpus.query(str(slow), timeout=0.3)
+    with pytest.raises(GpuQueryError, match=r"no answer within 0.3 s"):
+        query_gpus(str(slow), timeout=0.3)
 
 
 # --- the module, run as Ansible runs it ---------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 from sglfleet_testing.standin.process import running_standin, standin_process
 
-from sglfleet.fleet import _health as health
+from sglfleet.fleet import Endpoint, check_fleet, endpoints_from_range, endpoints_from_urls, parse_loads
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,17 +48,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def urls(ports: list[int]) -> list[health.Endpoint]:
-    return health.endpoints_from_urls([f"http://127.0.0.1:{p}" for p in ports])
+def urls(ports: list[int]) -> list[Endpoint]:
+    return endpoints_from_urls([f"http://127.0.0.1:{p}" for p in ports])
 
 
 def test_eight_probes_cost_about_one_round_trip(latency_ports: list[int]) -> None:
-    health.check_fleet(urls(latency_ports[:1]))  # warm the interpreter paths
+    check_fleet(urls(latency_ports[:1]))  # warm the interpreter paths
     start = time.monotonic()
-    one = health.check_fleet(urls(latency_ports[:1]))
+    one = check_fleet(urls(latency_ports[:1]))
     one_s = time.monotonic() - start
     start = time.monotonic()
-    eight = health.check_fleet(urls(latency_ports))
+    eight = check_fleet(urls(latency_ports))
     eight_s = time.monotonic() - start
     assert one.all_healthy and eight.all_healthy and eight.healthy_count == 8
     assert one_s >= LATENCY_S
@@ -66,7 +66,7 @@ def test_eight_probes_cost_about_one_round_trip(latency_ports: list[int]) -> Non
 
 
 def test_rows_carry_model_and_load(latency_ports: list[int]) -> None:
-    fleet = health.check_fleet(urls(latency_ports[:3]))
+    fleet = check_fleet(urls(latency_ports[:3]))
     assert [r.port for r in fleet.instances] == latency_ports[:3]
     row = fleet.instances[2]
     assert (row.healthy, row.status_code, row.reason) == (True, 200, None)
@@ -82,7 +82,7 @@ def test_rows_carry_model_and_load(latency_ports: list[int]) -> None:
 
 def test_refused_and_timeout(latency_ports: list[int]) -> None:
     dead = free_port()
-    fleet = health.check_fleet(urls([dead, latency_ports[0]]), timeout=LATENCY_S / 4)
+    fleet = check_fleet(urls([dead, latency_ports[0]]), timeout=LATENCY_S / 4)
     assert [(r.healthy, r.reason, r.status_code) for r in fleet.instances] == [
         (False, "refused", None),
         (False, "timeout", None),
@@ -92,9 +92,9 @@ def test_refused_and_timeout(latency_ports: list[int]) -> None:
 
 
 def test_expected_model(latency_ports: list[int]) -> None:
-    ok = health.check_fleet(urls(latency_ports[:1]), expected_model="latency-model")
-    by_path = health.check_fleet(urls(latency_ports[:1]), expected_model="/models/latency")
-    wrong = health.check_fleet(urls(latency_ports[:1]), expected_model="Qwen/Qwen3-32B")
+    ok = check_fleet(urls(latency_ports[:1]), expected_model="latency-model")
+    by_path = check_fleet(urls(latency_ports[:1]), expected_model="/models/latency")
+    wrong = check_fleet(urls(latency_ports[:1]), expected_model="Qwen/Qwen3-32B")
     assert ok.all_healthy and by_path.all_healthy
     row = wrong.instances[0]
     assert (row.healthy, row.status_code, row.reason) == (False, 200, "unexpected model")
@@ -104,7 +104,7 @@ def test_expected_model(latency_ports: list[int]) -> None:
 def test_wait_gives_up_after_the_wait() -> None:
     dead = free_port()
     start = time.monotonic()
-    fleet = health.check_fleet(urls([dead]), wait=1.0, interval=0.25)
+    fleet = check_fleet(urls([dead]), wait=1.0, interval=0.25)
     took = time.monotonic() - start
     assert not fleet.all_healthy and fleet.attempts >= 3
     assert 0.7 <= took < 2.5
@@ -114,7 +114,7 @@ def test_wait_returns_as_soon_as_healthy() -> None:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", LATE_SERVER, str(port)])
     try:
-        fleet = health.check_fleet(urls([port]), wait=20, interval=0.2)
+        fleet = check_fleet(urls([port]), wait=20, interval=0.2)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -133,20 +133,20 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 
 
 def test_endpoints_from_range() -> None:
-    eps = health.endpoints_from_range("127.0.0.1", 30000, 8)
+    eps = endpoints_from_range("127.0.0.1", 30000, 8)
     assert [(e.url, e.port, e.gpu) for e in eps[:2]] == [
         ("http://127.0.0.1:30000", 30000, 0),
         ("http://127.0.0.1:30001", 30001, 1),
     ]
     assert eps[-1].port == 30007 and eps[-1].gpu == 7
-    mapped = health.endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6, 7])
+    mapped = endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6, 7])
     assert [(e.port, e.gpu) for e in mapped] == [(30000, 6), (30001, 7)]
     with pytest.raises(ValueError, match="gpu_ids has 1 entries for 2 instances"):
-        health.endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6])
+        endpoints_from_range("127.0.0.1", 30000, 2, gpu_ids=[6])
     with pytest.raises(ValueError, match="count must be at least 1"):
-        health.endpoints_from_range("127.0.0.1", 30000, 0)
+        endpoints_from_range("127.0.0.1", 30000, 0)
     with pytest.raises(ValueError, match=r"ports 65530..65537 are not all within"):
-        health.endpoints_from_range("127.0.0.1", 65530, 8)
+        endpoints_from_range("127.0.0.1", 65530, 8)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_endpoints_from_range() -> None:
 )
 def test_bad_urls_are_named(given: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        health.endpoints_from_urls(given)
+        endpoints_from_urls(given)
 
 
 def test_parse_loads_sums_ranks() -> None:
@@ -170,10 +170,10 @@ def test_parse_loads_sums_ranks() -> None:
             {"num_running_reqs": 5, "num_waiting_reqs": 0, "token_usage": 0.4, "gen_throughput": 50.5},
         ]
     }
-    assert health.parse_loads(data) == {
+    assert parse_loads(data) == {
         "running_requests": 8, "waiting_requests": 1, "token_usage": 0.3, "gen_throughput": 150.5,
     }  # fmt: skip
-    assert health.parse_loads({"unexpected": True})["running_requests"] is None
+    assert parse_loads({"unexpected": True})["running_requests"] is None
 
 
 # --- the module, run as Ansible runs it ---------------------------------------------------------
@@ -234,20 +234,20 @@ def test_module_documentation_renders() -> None:
 
 def test_standin_starting_then_healthy_with_wait() -> None:
     with standin_process(wait_healthy=False, standin_warmup_seconds=1.5) as server:
-        eps = health.endpoints_from_urls([server.base_url])
-        starting = health.check_fleet(eps).instances[0]
+        eps = endpoints_from_urls([server.base_url])
+        starting = check_fleet(eps).instances[0]
         assert (starting.healthy, starting.status_code, starting.reason) == (False, 503, "starting")
-        fleet = health.check_fleet(eps, wait=30, interval=0.3)
+        fleet = check_fleet(eps, wait=30, interval=0.3)
     assert fleet.all_healthy and fleet.attempts > 1 and 0.5 < fleet.waited_s < 15
 
 
 def test_standin_api_key_goes_to_model_and_load_endpoints() -> None:
     flags = {"api_key": "k-123", "model_path": "/models/Qwen3-32B", "served_model_name": "qwen3-32b"}
     with running_standin(**flags) as url:
-        eps = health.endpoints_from_urls([url])
-        without = health.check_fleet(eps).instances[0]
-        with_key = health.check_fleet(eps, api_key="k-123", expected_model="qwen3-32b").instances[0]
-        wrong_model = health.check_fleet(eps, api_key="k-123", expected_model="llama").instances[0]
+        eps = endpoints_from_urls([url])
+        without = check_fleet(eps).instances[0]
+        with_key = check_fleet(eps, api_key="k-123", expected_model="qwen3-32b").instances[0]
+        wrong_model = check_fleet(eps, api_key="k-123", expected_model="llama").instances[0]
     assert without.healthy and without.model is None and "401" in without.detail
     assert with_key.healthy and (with_key.model, with_key.model_path) == ("qwen3-32b", "/models/Qwen3-32B")
     assert (with_key.running_requests, with_key.waiting_requests) == (0, 0)
@@ -266,7 +266,7 @@ def test_standin_running_and_waiting_requests() -> None:
             sender.start()
         deadline = time.monotonic() + 5
         while True:
-            row = health.check_fleet(health.endpoints_from_urls([server.base_url])).instances[0]
+            row = check_fleet(endpoints_from_urls([server.base_url])).instances[0]
             if (row.running_requests, row.waiting_requests) == (1, 2) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.polling import wait_until
 from sglfleet_testing.standin.process import free_port
+from support.polling import wait_until
 
 from sglfleet.launch import KEY_VARIABLE, REDACTED, keys_in_argv, protect_log, redact
 

@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
-from sglfleet.fleet import _ledger as lg
+from sglfleet.fleet import (
+    LEDGER_PATH,
+    OPTIONAL_PHASES,
+    PHASES,
+    STATUSES,
+    LedgerError,
+    load_ledger,
+    record_phase,
+    remove_phase,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,10 +32,10 @@ T1 = datetime(2026, 12, 2, 19, 0, 0, tzinfo=UTC)
 
 def test_the_optional_router_phase_is_listed_once_recorded(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "fleet", "done", {"ports": [30000]}, now=T0)
-    assert "router" not in [r.phase for r in lg.load_ledger(path).checklist()]
-    lg.record_phase(path, "router", "done", {"url": "http://10.0.0.5:30100", "workers": 16}, now=T1)
-    rows = lg.load_ledger(path).checklist()
+    record_phase(path, "fleet", "done", {"ports": [30000]}, now=T0)
+    assert "router" not in [r.phase for r in load_ledger(path).checklist()]
+    record_phase(path, "router", "done", {"url": "http://10.0.0.5:30100", "workers": 16}, now=T1)
+    rows = load_ledger(path).checklist()
     phases = [r.phase for r in rows]
     assert phases[phases.index("fleet") + 1] == "router"  # in run order: it needs the fleet up
     router = rows[phases.index("router")]
@@ -34,7 +43,7 @@ def test_the_optional_router_phase_is_listed_once_recorded(tmp_path: Path) -> No
 
 
 def test_missing_file_reads_as_every_phase_pending(tmp_path: Path) -> None:
-    ledger = lg.load_ledger(tmp_path / "nope.json")
+    ledger = load_ledger(tmp_path / "nope.json")
     rows = ledger.checklist()
     assert [r.phase for r in rows] == [
         "host", "provision", "training_stop", "toolchain", "sglang", "model", "fleet",
@@ -46,7 +55,7 @@ def test_missing_file_reads_as_every_phase_pending(tmp_path: Path) -> None:
 
 def test_record_writes_status_time_evidence(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "ledger.json"
-    result = lg.record_phase(path, "fleet", "done", {"instances": 8, "ports": [30000, 30001]}, now=T0)
+    result = record_phase(path, "fleet", "done", {"instances": 8, "ports": [30000, 30001]}, now=T0)
     assert result.changed and result.before is None
     on_disk = json.loads(path.read_text())
     assert on_disk == {
@@ -60,15 +69,15 @@ def test_record_writes_status_time_evidence(tmp_path: Path) -> None:
         },
     }  # fmt: skip
     assert oct(path.stat().st_mode & 0o777) == "0o644"
-    row = next(r for r in lg.load_ledger(path).checklist() if r.phase == "fleet")
+    row = next(r for r in load_ledger(path).checklist() if r.phase == "fleet")
     assert (row.status, row.time, row.recorded) == ("done", T0, True)
 
 
 def test_identical_outcome_is_unchanged_and_keeps_first_time(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "sglang", "done", {"version": "0.5.12"}, now=T0)
+    record_phase(path, "sglang", "done", {"version": "0.5.12"}, now=T0)
     mtime = path.stat().st_mtime_ns
-    again = lg.record_phase(path, "sglang", "done", {"version": "0.5.12"}, now=T1)
+    again = record_phase(path, "sglang", "done", {"version": "0.5.12"}, now=T1)
     assert not again.changed
     assert again.after is not None and again.after.time == T0
     assert path.stat().st_mtime_ns == mtime  # not rewritten
@@ -82,49 +91,49 @@ def test_new_status_or_evidence_is_a_change_with_new_time(
     tmp_path: Path, status: str, evidence: dict
 ) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "sglang", "done", {"version": "0.5.12"}, now=T0)
-    result = lg.record_phase(path, "sglang", status, evidence, now=T1)
+    record_phase(path, "sglang", "done", {"version": "0.5.12"}, now=T0)
+    result = record_phase(path, "sglang", status, evidence, now=T1)
     assert result.changed
     assert result.before is not None and result.before.time == T0
-    stored = lg.load_ledger(path).phases["sglang"]
+    stored = load_ledger(path).phases["sglang"]
     assert (stored.status, stored.evidence, stored.time) == (status, evidence, T1)
 
 
 def test_other_phases_survive_a_record(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "provision", "done", {"vmid": 200}, now=T0)
-    lg.record_phase(path, "training_stop", "failed", {"pid": 4242}, now=T1)
-    phases = lg.load_ledger(path).phases
+    record_phase(path, "provision", "done", {"vmid": 200}, now=T0)
+    record_phase(path, "training_stop", "failed", {"pid": 4242}, now=T1)
+    phases = load_ledger(path).phases
     assert set(phases) == {"provision", "training_stop"}
     assert phases["provision"].evidence == {"vmid": 200}
 
 
 def test_check_mode_reports_the_change_and_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "dir" / "ledger.json"
-    result = lg.record_phase(path, "fleet", "done", {"n": 8}, check_mode=True, now=T0)
+    result = record_phase(path, "fleet", "done", {"n": 8}, check_mode=True, now=T0)
     assert result.changed
     assert not path.parent.exists()  # not even the directory or the lock file
-    lg.record_phase(path, "fleet", "done", {"n": 8}, now=T0)
-    assert not lg.record_phase(path, "fleet", "done", {"n": 8}, check_mode=True).changed
-    assert lg.record_phase(path, "fleet", "failed", {"n": 8}, check_mode=True).changed
-    assert lg.load_ledger(path).phases["fleet"].status == "done"
+    record_phase(path, "fleet", "done", {"n": 8}, now=T0)
+    assert not record_phase(path, "fleet", "done", {"n": 8}, check_mode=True).changed
+    assert record_phase(path, "fleet", "failed", {"n": 8}, check_mode=True).changed
+    assert load_ledger(path).phases["fleet"].status == "done"
 
 
 def test_remove_phase(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "generate", "done", {}, now=T0)
-    assert lg.remove_phase(path, "generate", check_mode=True).changed
-    assert "generate" in lg.load_ledger(path).phases
-    assert lg.remove_phase(path, "generate").changed
-    assert "generate" not in lg.load_ledger(path).phases
-    assert not lg.remove_phase(path, "generate").changed
+    record_phase(path, "generate", "done", {}, now=T0)
+    assert remove_phase(path, "generate", check_mode=True).changed
+    assert "generate" in load_ledger(path).phases
+    assert remove_phase(path, "generate").changed
+    assert "generate" not in load_ledger(path).phases
+    assert not remove_phase(path, "generate").changed
 
 
 def test_bad_json_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     path.write_text('{\n  "version": 1,\n  "phases": {,}\n}\n')
-    with pytest.raises(lg.LedgerError, match=rf"{path}:3:\d+: not valid JSON"):
-        lg.load_ledger(path)
+    with pytest.raises(LedgerError, match=rf"{path}:3:\d+: not valid JSON"):
+        load_ledger(path)
 
 
 def test_bad_schema_names_file_and_field(tmp_path: Path) -> None:
@@ -134,37 +143,37 @@ def test_bad_schema_names_file_and_field(tmp_path: Path) -> None:
             {"version": 1, "phases": {"fleet": {"status": "half-done", "time": "2026-12-02T18:00:00Z"}}}
         )
     )
-    with pytest.raises(lg.LedgerError, match=rf"{path}: not a valid sglfleet ledger: phases.fleet.status"):
-        lg.load_ledger(path)
+    with pytest.raises(LedgerError, match=rf"{path}: not a valid sglfleet ledger: phases.fleet.status"):
+        load_ledger(path)
     path.write_text(
         json.dumps({"version": 1, "phases": {"deploy": {"status": "done", "time": "2026-12-02T18:00:00Z"}}})
     )
-    with pytest.raises(lg.LedgerError, match=r"phases.deploy"):
-        lg.load_ledger(path)
+    with pytest.raises(LedgerError, match=r"phases.deploy"):
+        load_ledger(path)
 
 
 def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     with pytest.raises(ValueError, match="phase 'deploy' is not one of host, provision"):
-        lg.record_phase(path, "deploy", "done")
+        record_phase(path, "deploy", "done")
     with pytest.raises(ValueError, match="status 'ok' is not one of done, failed, pending"):
-        lg.record_phase(path, "fleet", "ok")
+        record_phase(path, "fleet", "ok")
     with pytest.raises(ValueError, match="evidence must be JSON data"):
-        lg.record_phase(path, "fleet", "done", {"when": datetime.now(UTC)})
+        record_phase(path, "fleet", "done", {"when": datetime.now(UTC)})
     assert not path.exists()
 
 
 def test_atomic_write_leaves_no_temp_files_and_old_file_on_failure(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "fleet", "done", {"n": 8}, now=T0)
+    record_phase(path, "fleet", "done", {"n": 8}, now=T0)
     before = path.read_text()
 
     def boom(*_a, **_k):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", boom)
-    with pytest.raises(lg.LedgerError, match=rf"{path}: cannot write the ledger: No space left on device"):
-        lg.record_phase(path, "fleet", "failed", {"n": 8}, now=T1)
+    with pytest.raises(LedgerError, match=rf"{path}: cannot write the ledger: No space left on device"):
+        record_phase(path, "fleet", "failed", {"n": 8}, now=T1)
     assert path.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json", "ledger.json.lock"]
 
@@ -172,34 +181,34 @@ def test_atomic_write_leaves_no_temp_files_and_old_file_on_failure(tmp_path: Pat
 def test_concurrent_writers_from_processes_lose_no_phase(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     code = (
-        "import sys; from sglfleet.fleet._ledger import record_phase; "
+        "import sys; from sglfleet.fleet import record_phase; "
         "record_phase(sys.argv[1], sys.argv[2], 'done', {'i': int(sys.argv[3])})"
     )
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(path), phase, str(i)])
-        for i, phase in enumerate(lg.PHASES)
+        for i, phase in enumerate(PHASES)
     ]
     assert all(p.wait(timeout=60) == 0 for p in procs)
-    assert set(lg.load_ledger(path).phases) == set(lg.PHASES)
+    assert set(load_ledger(path).phases) == set(PHASES)
 
 
 def test_threads_reading_never_see_half_a_file(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    lg.record_phase(path, "fleet", "done", {"blob": "x" * 200_000}, now=T0)
+    record_phase(path, "fleet", "done", {"blob": "x" * 200_000}, now=T0)
     stop = threading.Event()
     errors: list[Exception] = []
 
     def reader() -> None:
         while not stop.is_set():
             try:
-                lg.load_ledger(path)
-            except lg.LedgerError as exc:  # a torn read would fail to parse
+                load_ledger(path)
+            except LedgerError as exc:  # a torn read would fail to parse
                 errors.append(exc)
 
     thread = threading.Thread(target=reader)
     thread.start()
     for i in range(30):
-        lg.record_phase(path, "fleet", "done", {"blob": str(i) * 200_000})
+        record_phase(path, "fleet", "done", {"blob": str(i) * 200_000})
     stop.set()
     thread.join()
     assert errors == []
@@ -239,16 +248,14 @@ def test_module_check_mode_matches_real_run(tmp_path: Path) -> None:
     diffed = run_module("fleet_ledger", failed, tmp_path, check=True, diff=True)
     assert diffed["changed"] is True
     assert (diffed["diff"]["before"]["status"], diffed["diff"]["after"]["status"]) == ("done", "failed")
-    assert lg.load_ledger(path).phases["training_stop"].status == "done"
+    assert load_ledger(path).phases["training_stop"].status == "done"
 
 
 def test_module_read_and_absent(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     empty = run_module("fleet_ledger", {"path": str(path), "state": "read"}, tmp_path)
     assert empty["changed"] is False and empty["exists"] is False
-    assert [r["status"] for r in empty["checklist"]] == ["pending"] * (
-        len(lg.PHASES) - len(lg.OPTIONAL_PHASES)
-    )
+    assert [r["status"] for r in empty["checklist"]] == ["pending"] * (len(PHASES) - len(OPTIONAL_PHASES))
     run_module("fleet_ledger", {"path": str(path), "phase": "provision", "evidence": {"vmid": 200}}, tmp_path)
     read = run_module("fleet_ledger", {"path": str(path), "state": "read"}, tmp_path)
     assert read["checklist"][1] == {
@@ -282,8 +289,8 @@ def test_module_documentation_renders() -> None:
     doc = module_doc("fleet_ledger")
     assert doc["doc"]["short_description"].startswith("Record or read a phase's outcome")
     assert set(doc["doc"]["options"]) == {"path", "phase", "status", "evidence", "state"}
-    assert doc["doc"]["options"]["phase"]["choices"] == list(lg.PHASES)
-    assert doc["doc"]["options"]["status"]["choices"] == list(lg.STATUSES)
-    assert doc["doc"]["options"]["path"]["default"] == str(lg.DEFAULT_PATH)
+    assert doc["doc"]["options"]["phase"]["choices"] == list(PHASES)
+    assert doc["doc"]["options"]["status"]["choices"] == list(STATUSES)
+    assert doc["doc"]["options"]["path"]["default"] == str(LEDGER_PATH)
     assert {"record", "previous", "ledger", "checklist"} <= set(doc["return"])
     assert_examples_use_documented_options("fleet_ledger", doc)

@@ -11,10 +11,7 @@ from typing import Any
 import pytest
 
 from sglfleet.cli import main
-from sglfleet.data._errors import DataError
-from sglfleet.data._merge import merge
-from sglfleet.data._mix import build_mix
-from sglfleet.data._mixconfig import load_config
+from sglfleet.data import DataError, build_mix, load_config, merge
 
 pytestmark = pytest.mark.timeout(60)
 

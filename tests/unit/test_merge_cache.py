@@ -11,12 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglfleet.data import _categories
-from sglfleet.data._errors import DataError
-from sglfleet.data._existing import CategoryCache
-from sglfleet.data._merge import merge
-from sglfleet.data._mix import build_mix
-from sglfleet.data._mixconfig import load_config
+from sglfleet.data import CategoryCache, DataError, build_mix, classify, load_config, merge
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,7 +53,7 @@ def test_mix_leaves_the_counts_that_merge_uses_and_the_report_is_the_same(
     assert len(list((job["cache"] / "existing").glob("*.json"))) == 1  # written by the mix
     uncached = _merge(job, "plain", CategoryCache(None))
     calls = []
-    real = _categories.classify
+    real = classify
     monkeypatch.setattr("sglfleet.data._existing.classify", lambda t: calls.append(t) or real(t))
     cached = _merge(job, "cached", cache)
     assert not calls  # not one existing row classified again
@@ -76,7 +71,7 @@ def test_a_changed_existing_set_is_classified_afresh(
     lines[0] = json.dumps(changed)
     job["existing"].write_text("\n".join(lines) + "\n")
     calls = []
-    real = _categories.classify
+    real = classify
     monkeypatch.setattr("sglfleet.data._existing.classify", lambda t: calls.append(t) or real(t))
     report = _merge(job, "after-change", cache)
     assert len(calls) == 100 - sum(1 for line in lines if '"category"' in line)

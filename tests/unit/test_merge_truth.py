@@ -16,9 +16,8 @@ from support.polling import wait_until
 from test_generate_faults import _run, latency_servers
 
 from sglfleet.cli import main
-from sglfleet.data._errors import DataError
-from sglfleet.data._merge import merge
-from sglfleet.gen._engine import ExitCode
+from sglfleet.data import DataError, merge
+from sglfleet.gen import ExitCode
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -11,11 +11,7 @@ import pytest
 import yaml
 
 from sglfleet.cli import main
-from sglfleet.data._adapters import user_text
-from sglfleet.data._categories import classify
-from sglfleet.data._errors import DataError
-from sglfleet.data._mix import build_mix, custom_id
-from sglfleet.data._mixconfig import load_config, parse_config
+from sglfleet.data import DataError, build_mix, classify, custom_id, load_config, parse_config, user_text
 
 pytestmark = pytest.mark.timeout(60)
 

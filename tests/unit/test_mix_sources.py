@@ -10,13 +10,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sglfleet.data._adapters import Format, RowError, to_messages
-from sglfleet.data._categories import classify
-from sglfleet.data._dedupe import NearDeduper, text_hash
-from sglfleet.data._errors import DataError
-from sglfleet.data._mix import build_mix
-from sglfleet.data._mixconfig import parse_config
-from sglfleet.data._sources import SourceType, read_rows
+from sglfleet.data import (
+    DataError,
+    Format,
+    NearDeduper,
+    RowError,
+    SourceType,
+    build_mix,
+    classify,
+    parse_config,
+    read_rows,
+    text_hash,
+    to_messages,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from module_runner import LIBRARY, assert_examples_use_documented_options, module_argv, module_doc
 
-from sglfleet.fleet import _ledger
-from sglfleet.pve import _lxc
+from sglfleet.fleet import PHASES, STATUSES
+from sglfleet.pve import STATES
 
 MODULES = sorted(p.stem for p in LIBRARY.glob("*.py"))
 # Arguments each module accepts, so that it gets past its argument checks to the import guard.
@@ -68,9 +68,9 @@ def test_every_module_uses_the_shared_import_guard(name: str) -> None:
 
 def test_choices_are_the_packages_own_lists() -> None:
     ledger = module_doc("fleet_ledger")["doc"]["options"]
-    assert ledger["phase"]["choices"] == list(_ledger.PHASES)
-    assert ledger["status"]["choices"] == list(_ledger.STATUSES)
-    assert module_doc("proxmox_lxc")["doc"]["options"]["state"]["choices"] == list(_lxc.STATES)
+    assert ledger["phase"]["choices"] == list(PHASES)
+    assert ledger["status"]["choices"] == list(STATUSES)
+    assert module_doc("proxmox_lxc")["doc"]["options"]["state"]["choices"] == list(STATES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sglfleet.fleet import _ledger as ledger
+from sglfleet.fleet import load_ledger
 
 pytestmark = pytest.mark.timeout(200)
 
@@ -79,4 +79,4 @@ def test_empty_modules_python_is_the_interpreter_the_play_sets(tmp_path: Path) -
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert json.loads(result.read_text()) == {"sglang": sys.executable, "cuda_toolchain": sys.executable}
-    assert ledger.load_ledger(ledger_path).phases["toolchain"].status == "done"
+    assert load_ledger(ledger_path).phases["toolchain"].status == "done"

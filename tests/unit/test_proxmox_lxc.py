@@ -17,7 +17,7 @@ import pytest
 from module_runner import module_argv
 from support.polling import wait_until
 
-from sglfleet.pve._client import Credentials, PveApiError, PveClient
+from sglfleet.pve import Credentials, PveApiError, PveClient
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "proxmox_lxc.py"
@@ -394,7 +394,7 @@ def test_a_start_that_ends_with_warnings_succeeds_and_relays_them(pve, module):
 
 
 def test_a_task_error_is_still_a_failure():
-    from sglfleet.pve._client import task_succeeded
+    from sglfleet.pve import task_succeeded
 
     assert task_succeeded("OK") and task_succeeded("WARNINGS: 3")
     assert not task_succeeded("WARNINGS: x") and not task_succeeded("startup for container '200' failed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglfleet.pve._config import ContainerSpec, Plan, SpecError, parse_mib, plan_update, split_props
+from sglfleet.pve import ContainerSpec, Plan, SpecError, parse_mib, plan_update, split_props
 
 # What PVE shows for a container created from SPEC_ARGS (values in PVE's own spelling).
 CURRENT = {

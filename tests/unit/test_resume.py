@@ -11,8 +11,21 @@ from pathlib import Path
 import pytest
 from module_runner import run_module
 
-from sglfleet.fleet import _gpus as gpus
-from sglfleet.fleet import _resume as resume
+from sglfleet.fleet import (
+    GpuFacts,
+    ResumeError,
+    combine,
+    dataset_state,
+    file_digest,
+    fleet_plan,
+    gpus_not_free,
+    install_dataset,
+    launch_plan,
+    loaded_rows,
+    look_training,
+    parse_compute_apps,
+    parse_gpus,
+)
 
 T0 = datetime(2026, 12, 3, 16, 1, 2, tzinfo=UTC)
 NEW = b'{"id": 1}\n{"id": 2}\n\n{"id": 3}'  # three rows, the last without a newline
@@ -28,27 +41,27 @@ def test_digest_counts_non_empty_rows_across_chunk_boundaries(tmp_path: Path) ->
     rows = [b'{"text": "%d"}' % i for i in range(200_000)]
     data = b"\n".join(rows) + b"\n\n"
     path.write_bytes(data)
-    assert resume.file_digest(path) == (sha(data), 200_000)
+    assert file_digest(path) == (sha(data), 200_000)
 
 
 def test_the_set_goes_in_and_what_was_there_is_kept_aside(tmp_path: Path) -> None:
     path, staged = tmp_path / "train.jsonl", tmp_path / "train.jsonl.sglfleet-incoming"
     path.write_bytes(OLD)
     staged.write_bytes(NEW)
-    before = resume.dataset_state(path, sha(NEW))
+    before = dataset_state(path, sha(NEW))
     assert (before.exists, before.matches, before.rows) == (True, False, 1)
 
-    predicted = resume.install_dataset(staged, path, sha(NEW), check_mode=True, now=T0)
+    predicted = install_dataset(staged, path, sha(NEW), check_mode=True, now=T0)
     assert predicted.changed and path.read_bytes() == OLD and staged.exists()
     aside = tmp_path / f"train.jsonl.kept-20261203T160102Z-{sha(OLD)[:12]}"
     assert predicted.moved_aside == str(aside)
 
-    done = resume.install_dataset(staged, path, sha(NEW), now=T0)
+    done = install_dataset(staged, path, sha(NEW), now=T0)
     assert done.changed and done.moved_aside == str(aside)
     assert path.read_bytes() == NEW and aside.read_bytes() == OLD and not staged.exists()
     assert (done.state.sha256, done.state.rows, done.state.kept_aside) == (sha(NEW), 3, (str(aside),))
 
-    again = resume.install_dataset(staged, path, sha(NEW), now=T0)
+    again = install_dataset(staged, path, sha(NEW), now=T0)
     assert not again.changed and again.moved_aside is None
 
 
@@ -56,17 +69,15 @@ def test_a_staged_copy_with_other_content_is_refused_and_nothing_moves(tmp_path:
     path, staged = tmp_path / "train.jsonl", tmp_path / "incoming"
     path.write_bytes(OLD)
     staged.write_bytes(NEW[:-3])  # a copy cut short
-    with pytest.raises(
-        resume.ResumeError, match=r"incoming: sha256 .* is not the merged set's .* left as it was"
-    ):
-        resume.install_dataset(staged, path, sha(NEW))
+    with pytest.raises(ResumeError, match=r"incoming: sha256 .* is not the merged set's .* left as it was"):
+        install_dataset(staged, path, sha(NEW))
     assert path.read_bytes() == OLD and list(tmp_path.glob("*.kept-*")) == []
 
 
 def test_a_missing_place_gets_the_set_without_keeping_anything_aside(tmp_path: Path) -> None:
     path, staged = tmp_path / "train.jsonl", tmp_path / "incoming"
     staged.write_bytes(NEW)
-    done = resume.install_dataset(staged, path, sha(NEW))
+    done = install_dataset(staged, path, sha(NEW))
     assert done.changed and done.moved_aside is None and path.read_bytes() == NEW
 
 
@@ -133,13 +144,13 @@ def test_the_fleet_scales_down_to_the_kept_instances(tmp_path: Path) -> None:
         "sglang@1.service": ("active", "enabled"),
         "sglang@2.service": ("inactive", "enabled"),
     })  # fmt: skip
-    plan = resume.fleet_plan(config, [0], systemctl=systemd, proc=tmp_path)
+    plan = fleet_plan(config, [0], systemctl=systemd, proc=tmp_path)
     assert (plan.to_stop, plan.to_disable, plan.keep, plan.kept_gpus) == ((1,), (1, 2), (0,), (0,))
     assert plan.as_dict()["stopped"] == [1, 2] and plan.refused == ""
-    keep_tp = resume.fleet_plan(config, [2], systemctl=systemd, proc=tmp_path)
+    keep_tp = fleet_plan(config, [2], systemctl=systemd, proc=tmp_path)
     assert keep_tp.to_stop == (0, 1) and keep_tp.kept_gpus == (2, 3)
-    with pytest.raises(resume.ResumeError, match=r"training_resume_keep_instances: \[5\] are not instances"):
-        resume.fleet_plan(config, [5], systemctl=systemd, proc=tmp_path)
+    with pytest.raises(ResumeError, match=r"training_resume_keep_instances: \[5\] are not instances"):
+        fleet_plan(config, [5], systemctl=systemd, proc=tmp_path)
 
 
 def test_a_stop_under_a_running_generation_job_is_refused_unless_allowed(tmp_path: Path) -> None:
@@ -148,16 +159,14 @@ def test_a_stop_under_a_running_generation_job_is_refused_unless_allowed(tmp_pat
         {"sglang@0.service": ("active", "enabled"), "sglang@1.service": ("active", "enabled")},
         generation=["sglfleet-gen-regen.service"],
     )
-    plan = resume.fleet_plan(config, [], systemctl=systemd, proc=tmp_path)
+    plan = fleet_plan(config, [], systemctl=systemd, proc=tmp_path)
     assert plan.generation_jobs == ("sglfleet-gen-regen.service",)
     assert plan.refused.startswith(
         "a generation job is still running on the fleet (sglfleet-gen-regen.service)"
     )
-    assert (
-        resume.fleet_plan(config, [], allow_running_jobs=True, systemctl=systemd, proc=tmp_path).refused == ""
-    )
+    assert fleet_plan(config, [], allow_running_jobs=True, systemctl=systemd, proc=tmp_path).refused == ""
     # Nothing to stop (every running instance is kept): nothing to refuse.
-    assert resume.fleet_plan(config, [0, 1], systemctl=systemd, proc=tmp_path).refused == ""
+    assert fleet_plan(config, [0, 1], systemctl=systemd, proc=tmp_path).refused == ""
 
 
 def test_a_hand_started_generate_counts_as_a_running_job(tmp_path: Path) -> None:
@@ -170,28 +179,28 @@ def test_a_hand_started_generate_counts_as_a_running_job(tmp_path: Path) -> None
     (proc / "4243" / "cmdline").write_bytes(b"vim\0notes-on-sglfleet generate.md\0")
     (proc / "4243" / "stat").write_text("4243 (vim) S 1 0")
     systemd = Systemd({"sglang@0.service": ("active", "enabled")})
-    plan = resume.fleet_plan(config, [], systemctl=systemd, proc=proc)
+    plan = fleet_plan(config, [], systemctl=systemd, proc=proc)
     assert len(plan.generation_jobs) == 1 and plan.generation_jobs[0].startswith("process 4242 (")
 
 
-def _facts(used: Sequence[int], pids: dict[int, int]) -> gpus.GpuFacts:
+def _facts(used: Sequence[int], pids: dict[int, int]) -> GpuFacts:
     rows = "\n".join(f"{i}, GPU-{i}, RTX PRO 6000, {u}, 97887, 12.0, 580.95.05" for i, u in enumerate(used))
     apps = "\n".join(f"{pid}, GPU-{gpu}, 91000, python3" for pid, gpu in pids.items())
-    return gpus.combine(gpus.parse_gpus(rows), gpus.parse_compute_apps(apps), "/usr/bin/nvidia-smi")
+    return combine(parse_gpus(rows), parse_compute_apps(apps), "/usr/bin/nvidia-smi")
 
 
 def test_the_freed_gpus_must_hold_no_process_and_little_memory() -> None:
     facts = _facts([91000, 3, 2048, 0], {4242: 0, 4343: 3})
-    assert resume.gpus_not_free(facts, kept_gpus=[0], max_used_mib=1024) == [
+    assert gpus_not_free(facts, kept_gpus=[0], max_used_mib=1024) == [
         "GPU 2: 2048 MiB used (more than 1024 MiB)",
         "GPU 3: compute process 4343 (python3)",
     ]
-    assert resume.gpus_not_free(_facts([0, 5], {}), kept_gpus=[], max_used_mib=1024) == []
+    assert gpus_not_free(_facts([0, 5], {}), kept_gpus=[], max_used_mib=1024) == []
 
 
 def test_units_get_a_drop_in_with_the_set_and_the_checkpoint() -> None:
     systemd = Systemd({"train.service": ("inactive", "enabled")})
-    plan = resume.launch_plan(
+    plan = launch_plan(
         units=["train"],
         environment={"TRAIN_DATA": "{dataset}", "RESUME_FROM": "{checkpoint}", "NOTE": 'a "q" 100%'},
         command="",
@@ -206,11 +215,11 @@ def test_units_get_a_drop_in_with_the_set_and_the_checkpoint() -> None:
         'Environment="RESUME_FROM=/ckpt/latest"',
         'Environment="TRAIN_DATA=/data/train.jsonl"',
     ]
-    with pytest.raises(resume.ResumeError, match=r"training units \['gone'\] do not exist"):
-        resume.launch_plan(units=["gone"], environment={"X": "{dataset}"}, command="", dataset="d",
+    with pytest.raises(ResumeError, match=r"training units \['gone'\] do not exist"):
+        launch_plan(units=["gone"], environment={"X": "{dataset}"}, command="", dataset="d",
                            checkpoint="c", systemctl=systemd)  # fmt: skip
-    with pytest.raises(resume.ResumeError, match=r"training_resume_environment is empty"):
-        resume.launch_plan(units=["train"], environment={}, command="", dataset="d", checkpoint="c",
+    with pytest.raises(ResumeError, match=r"training_resume_environment is empty"):
+        launch_plan(units=["train"], environment={}, command="", dataset="d", checkpoint="c",
                            systemctl=systemd)  # fmt: skip
 
 
@@ -224,10 +233,10 @@ def test_an_environment_file_that_sets_a_planned_name_is_refused(tmp_path: Path)
     systemd = Systemd({"train.service": ("inactive", "enabled")}, env_files={"train.service": [str(other)]})
     args = {"units": ["train"], "command": "", "dataset": "/d.jsonl", "checkpoint": "/c"}
     env = {"TRAIN_DATA": "{dataset}", "RESUME_FROM": "{checkpoint}"}
-    assert resume.launch_plan(environment=env, systemctl=systemd, **args).mode == "unit"
+    assert launch_plan(environment=env, systemctl=systemd, **args).mode == "unit"
     systemd.env_files["train.service"] = [str(other), str(env_file), str(tmp_path / "absent.env")]
-    with pytest.raises(resume.ResumeError) as refused:
-        resume.launch_plan(environment=env, systemctl=systemd, **args)
+    with pytest.raises(ResumeError) as refused:
+        launch_plan(environment=env, systemctl=systemd, **args)
     assert f"train.service: {env_file}:3 sets TRAIN_DATA" in str(refused.value)
     assert "EnvironmentFile= overrides the drop-in's Environment=" in str(refused.value)
     assert "RESUME_FROM" not in str(refused.value) and "WANDB_PROJECT" not in str(refused.value)
@@ -235,7 +244,7 @@ def test_an_environment_file_that_sets_a_planned_name_is_refused(tmp_path: Path)
 
 def test_a_bare_process_resumes_as_a_transient_unit_with_quoted_paths() -> None:
     systemd = Systemd({})
-    plan = resume.launch_plan(
+    plan = launch_plan(
         units=[],
         environment={"WANDB_RUN": "drafter"},
         command="torchrun --nproc-per-node 8 train.py --data {dataset} --resume {checkpoint}",
@@ -255,18 +264,18 @@ def test_a_bare_process_resumes_as_a_transient_unit_with_quoted_paths() -> None:
     assert words[-4:] == ["--data", "/data/grown set.jsonl", "--resume", "/ckpt/step 9000"]
     # systemd expands $VAR in a command line from the unit's environment; a $ in a path stays literal as $$,
     # and the user's own $VAR in the template is left for systemd to expand.
-    dollar = resume.launch_plan(
+    dollar = launch_plan(
         units=[], environment={}, command="train --data {dataset} --resume {checkpoint} --run $RUN",
         dataset="/data/$HOME/set.jsonl", checkpoint="/ckpt/${STEP}", systemctl=systemd,
     )  # fmt: skip
     assert list(dollar.argv[dollar.argv.index("--") + 1 :]) == [
         "train", "--data", "/data/$$HOME/set.jsonl", "--resume", "/ckpt/$${STEP}", "--run", "$RUN",
     ]  # fmt: skip
-    with pytest.raises(resume.ResumeError, match=r"training_resume_command: .* uses \['data'\]"):
-        resume.launch_plan(units=[], environment={}, command="train --data {data}", dataset="d",
+    with pytest.raises(ResumeError, match=r"training_resume_command: .* uses \['data'\]"):
+        launch_plan(units=[], environment={}, command="train --data {data}", dataset="d",
                            checkpoint="c", systemctl=systemd)  # fmt: skip
     # No unit and no command (phase training_stop found no job): nothing to start.
-    nothing = resume.launch_plan(units=[], environment={}, command=" ", dataset="d", checkpoint="c",
+    nothing = launch_plan(units=[], environment={}, command=" ", dataset="d", checkpoint="c",
                                  systemctl=systemd)  # fmt: skip
     assert nothing.mode == "none" and nothing.to_start == []
 
@@ -275,11 +284,11 @@ def test_loaded_rows_takes_the_last_match_and_its_number() -> None:
     log = (
         "trainer: loaded 902,144 rows from /old\nstep 1\ntrainer: loaded 1,093,722 rows from /data/t.jsonl\n"
     )
-    assert resume.loaded_rows(log, r"loaded ([0-9,]+) rows from") == 1_093_722
-    assert resume.loaded_rows(log, r"loaded .* rows") == -1
-    assert resume.loaded_rows("step 1\n", r"loaded ([0-9]+) rows") is None
-    with pytest.raises(resume.ResumeError, match=r"training_resume_loaded_pattern"):
-        resume.loaded_rows(log, "loaded (")
+    assert loaded_rows(log, r"loaded ([0-9,]+) rows from") == 1_093_722
+    assert loaded_rows(log, r"loaded .* rows") == -1
+    assert loaded_rows("step 1\n", r"loaded ([0-9]+) rows") is None
+    with pytest.raises(ResumeError, match=r"training_resume_loaded_pattern"):
+        loaded_rows(log, "loaded (")
 
 
 def test_the_look_counts_gpu_memory_of_the_units_processes_and_reads_this_runs_journal(
@@ -298,7 +307,7 @@ def test_the_look_counts_gpu_memory_of_the_units_processes_and_reads_this_runs_j
         journals.append(argv)
         return "resumed from checkpoint /c at step 7\nloaded 12 rows from /d\n"
 
-    seen = resume.look(
+    seen = look_training(
         ["train"], pattern=r"loaded (\d+) rows", gpu_facts=_facts([91000, 91000], {4242: 0, 5151: 1}),
         systemctl=systemctl, journal=journal, proc=proc,
     )  # fmt: skip

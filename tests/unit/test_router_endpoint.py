@@ -14,10 +14,8 @@ import pytest
 from generate_support import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
 from sglfleet_testing.router import running_router, write_model_dir
 
-from sglfleet.fleet._health import endpoints_from_urls, probe_fleet_async
-from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._progress import LogReporter
+from sglfleet.fleet import endpoints_from_urls, probe_fleet_async
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, run
 
 pytest.importorskip("sglang_router", reason="sglang-router (requirements-dev.txt) is not installed")
 pytestmark = pytest.mark.timeout(120)

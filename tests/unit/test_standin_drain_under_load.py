@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 from generate_support import assert_exactly_once, fleet, write_conversations
 
-from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._progress import LogReporter
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, Outcome, run
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -14,10 +14,16 @@ from pathlib import Path
 import pytest
 from sglfleet_testing.standin.process import standin_argv
 
-from sglfleet.fleet import _gpus as gpus
-from sglfleet.fleet import _health as health
-from sglfleet.fleet import _ledger as ledger
-from sglfleet.fleet import _status as status
+from sglfleet.fleet import (
+    check_fleet,
+    combine,
+    endpoints_from_range,
+    gather_status,
+    layout_from_env_dir,
+    parse_gpus,
+    parse_status_json,
+    record_phase,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -62,7 +68,7 @@ def fleet() -> Iterator[int]:
         for i in range(3)
     ]
     try:
-        ready = health.check_fleet(health.endpoints_from_range("127.0.0.1", base, 3), wait=30, interval=0.1)
+        ready = check_fleet(endpoints_from_range("127.0.0.1", base, 3), wait=30, interval=0.1)
         assert ready.all_healthy, ready.summary()
         yield base
     finally:
@@ -74,8 +80,8 @@ def fleet() -> Iterator[int]:
 @pytest.fixture
 def ledger_file(tmp_path: Path) -> Path:
     path = tmp_path / "ledger.json"
-    ledger.record_phase(path, "provision", "done", {"vmid": 200, "node": "kpro6"}, now=T0)
-    ledger.record_phase(path, "training_stop", "failed", {"pid": 2381904, "reason": "still on GPU 0"}, now=T0)
+    record_phase(path, "provision", "done", {"vmid": 200, "node": "kpro6"}, now=T0)
+    record_phase(path, "training_stop", "failed", {"pid": 2381904, "reason": "still on GPU 0"}, now=T0)
     return path
 
 
@@ -157,17 +163,17 @@ def write_env_files(env_dir: Path, base: int, count: int, gpus: list[int], api_k
 
 def test_layout_from_env_files(tmp_path: Path) -> None:
     write_env_files(tmp_path, 30000, 12, list(range(12)), api_key="k-1")
-    layout = status.layout_from_env_dir(tmp_path)
+    layout = layout_from_env_dir(tmp_path)
     assert [e.port for e in layout.endpoints] == list(range(30000, 30012))  # instance-10 after instance-9
     assert layout.endpoints[11].url == "http://127.0.0.1:30011" and layout.endpoints[11].gpu == 11
     assert layout.api_key == "k-1"
-    assert status.layout_from_env_dir(tmp_path / "none").endpoints == ()
+    assert layout_from_env_dir(tmp_path / "none").endpoints == ()
     (tmp_path / "instance-12.env").write_text('CUDA_VISIBLE_DEVICES=0\nSGLANG_ARGS="--model-path m"\n')
     with pytest.raises(ValueError, match=r"instance-12.env: no port"):
-        status.layout_from_env_dir(tmp_path)
+        layout_from_env_dir(tmp_path)
     (tmp_path / "instance-12.env").write_text("CUDA_VISIBLE_DEVICES\n")
     with pytest.raises(ValueError, match=r"instance-12.env:1: not KEY=VALUE"):
-        status.layout_from_env_dir(tmp_path)
+        layout_from_env_dir(tmp_path)
 
 
 def test_status_without_nvidia_smi_reads_the_env_files_and_shows_dashes(
@@ -216,18 +222,18 @@ def test_status_bad_ledger_names_the_file(tmp_path: Path) -> None:
 
 def test_render_prints_what_status_json_gathered(fleet: int, ledger_file: Path) -> None:
     """`status --json` on the fleet host, `status --render` elsewhere: the same tables, nothing re-probed."""
-    facts = gpus.combine(
-        gpus.parse_gpus((DATA / "rtxpro6000_srv_training.gpus.csv").read_text()), [], "/usr/bin/nvidia-smi"
+    facts = combine(
+        parse_gpus((DATA / "rtxpro6000_srv_training.gpus.csv").read_text()), [], "/usr/bin/nvidia-smi"
     )
-    eps = health.endpoints_from_range("127.0.0.1", fleet, 3)
-    direct = status.gather_status(ledger_path=ledger_file, endpoints=eps, gpu_facts=facts)
+    eps = endpoints_from_range("127.0.0.1", fleet, 3)
+    direct = gather_status(ledger_path=ledger_file, endpoints=eps, gpu_facts=facts)
     gathered = sglfleet(
         "status", "--json", "--ledger", str(ledger_file), "--port-base", str(fleet), "--count", "3",
         "--nvidia-smi", str(DATA / "fake-nvidia-smi"),
         env={"FAKE_NVSMI": str(DATA / "rtxpro6000_srv_training")},
     )  # fmt: skip
     assert gathered.returncode == 0, gathered.stderr
-    rendered = status.parse_status_json(gathered.stdout)
+    rendered = parse_status_json(gathered.stdout)
     assert rendered.checklist == direct.checklist
     assert [(r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in rendered.instances] == [
         (r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in direct.instances

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglfleet.fleet import _status as status
+from sglfleet.fleet import layout_from_env_dir
 
 
 def _env(path: Path, i: int, extra: str) -> None:
@@ -18,9 +18,9 @@ def _env(path: Path, i: int, extra: str) -> None:
 def test_the_key_comes_from_sglang_fleet_api_key(tmp_path: Path) -> None:
     for i in range(2):
         _env(tmp_path / f"instance-{i}.env", i, 'SGLANG_FLEET_API_KEY="k \\"quoted\\""\n')
-    assert status.layout_from_env_dir(tmp_path).api_key == 'k "quoted"'
+    assert layout_from_env_dir(tmp_path).api_key == 'k "quoted"'
 
 
 def test_no_key_anywhere_is_none(tmp_path: Path) -> None:
     _env(tmp_path / "instance-0.env", 0, "")
-    assert status.layout_from_env_dir(tmp_path).api_key is None
+    assert layout_from_env_dir(tmp_path).api_key is None

@@ -14,8 +14,7 @@ import pytest
 from sglfleet_testing.standin.process import standin_argv
 from test_status import consecutive_free_ports
 
-from sglfleet.fleet import _health as health
-from sglfleet.fleet import _ledger as ledger
+from sglfleet.fleet import check_fleet, endpoints_from_range, record_phase
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,9 +34,7 @@ def two_instances() -> Iterator[int]:
         for i in range(2)
     ]
     try:
-        assert health.check_fleet(
-            health.endpoints_from_range("127.0.0.1", base, 2), wait=30, interval=0.1
-        ).all_healthy
+        assert check_fleet(endpoints_from_range("127.0.0.1", base, 2), wait=30, interval=0.1).all_healthy
         yield base
     finally:
         for p in procs:
@@ -74,8 +71,8 @@ def run_status(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -
 
 def test_status_playbook_prints_checklist_and_table(tmp_path: Path, two_instances: int) -> None:
     path = tmp_path / "ledger.json"
-    ledger.record_phase(path, "provision", "done", {"vmid": 200})
-    ledger.record_phase(path, "fleet", "done", {"instances": 2})
+    record_phase(path, "provision", "done", {"vmid": 200})
+    record_phase(path, "fleet", "done", {"instances": 2})
     proc = run_status(
         tmp_path,
         "-e", f"status_ledger_path={path}", "-e", f"status_port_base={two_instances}",

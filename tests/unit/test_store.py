@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sglfleet.gen import OutputStore, StoreError, result_line
 from sglfleet.gen._ids import IdSet
-from sglfleet.gen._store import OutputStore, StoreError, result_line
 
 
 def _body(cid: str, tokens: int = 3) -> dict[str, object]:

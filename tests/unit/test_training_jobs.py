@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from module_runner import assert_examples_use_documented_options, module_doc, run_module
 
-from sglfleet.fleet import _training as training
+from sglfleet.fleet import (
+    PatternError,
+    compile_patterns,
+    discover,
+    matching_processes,
+    process_alive,
+    still_alive,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,12 +43,12 @@ def job() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
 
 def test_finds_the_matching_process_but_not_itself(job: tuple[subprocess.Popen[bytes], str]) -> None:
     proc, marker = job
-    found = training.matching_processes([f"time[.]sleep.*run={marker}", marker])
+    found = matching_processes([f"time[.]sleep.*run={marker}", marker])
     assert [(p.pid, p.pattern) for p in found] == [(proc.pid, f"time[.]sleep.*run={marker}")]
     assert found[0].cmdline.endswith(f"--run={marker}")
     # The caller (whose own command line does not match) and its ancestors are never listed.
-    assert training.matching_processes(["pytest|python"], self_pid=None)  # something else matches
-    assert all(p.pid != proc.pid for p in training.matching_processes(["x"], self_pid=proc.pid))
+    assert matching_processes(["pytest|python"], self_pid=None)  # something else matches
+    assert all(p.pid != proc.pid for p in matching_processes(["x"], self_pid=proc.pid))
 
 
 def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None:
@@ -55,9 +62,7 @@ def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None
         (tmp_path / f"{pid}/stat").write_text(f"{pid} (python) S 1 ...")
     show = "Id=train.service\nLoadState=loaded\nActiveState=active\nMainPID=10\nUnitFileState=enabled\n\n"
     show += "Id=gone.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\nUnitFileState=\n"
-    job = training.discover(
-        ["train", "gone.service"], ["train[.]py"], systemctl=lambda argv: show, proc=tmp_path
-    )
+    job = discover(["train", "gone.service"], ["train[.]py"], systemctl=lambda argv: show, proc=tmp_path)
     out = job.as_dict()
     assert [u["Id"] for u in out["running_units"]] == ["train.service"]
     assert [p["pid"] for p in out["processes"]] == [11]
@@ -66,10 +71,8 @@ def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None
 
 
 def test_a_bad_pattern_is_named() -> None:
-    with pytest.raises(
-        training.PatternError, match=r"process pattern \[1\] 'a\(' is not a regular expression"
-    ):
-        training.compile_patterns(["ok", "a("])
+    with pytest.raises(PatternError, match=r"process pattern \[1\] 'a\(' is not a regular expression"):
+        compile_patterns(["ok", "a("])
 
 
 def test_module_finds_the_job_and_changes_nothing(
@@ -93,14 +96,14 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
     show = "Id=train.service\nLoadState=loaded\nActiveState=deactivating\nMainPID=10\nUnitFileState=enabled\n"
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    alive = training.still_alive(["train.service"], [proc.pid, gone.pid], systemctl=lambda argv: show)
+    alive = still_alive(["train.service"], [proc.pid, gone.pid], systemctl=lambda argv: show)
     assert alive == ["unit train.service deactivating", f"pid {proc.pid}"]
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = 50
-        while training.process_alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
+        while process_alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
             deadline -= 1
             time.sleep(0.1)
-        assert not training.process_alive(zombie.pid)
+        assert not process_alive(zombie.pid)
     finally:
         zombie.wait()

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from sglfleet.cli.mix import add_cache_arguments, cache_of
-from sglfleet.data._errors import DataError
-from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
+from sglfleet.data import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, DataError, merge
 
 
 def _reasons(value: str) -> tuple[str, ...]:
