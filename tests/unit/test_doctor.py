@@ -176,7 +176,6 @@ def test_the_table_lists_every_row_and_a_verdict() -> None:
     assert lines[-1].startswith("no blocker found: 0 BLOCKER")
     blocked = render([Row("ports", "ct200", Status.BLOCKER, "taken", "move them")])
     assert blocked[-1].startswith("blocked: 1 BLOCKER")
-    assert Row.from_dict(rows[0].as_dict()) == rows[0]
 
 
 NEEDS = ProvisionNeeds(node="kpro6", vmid=200, storage="local-lvm", template_storage="local")

@@ -20,7 +20,6 @@ from sglfleet.data import (
     classify,
     parse_config,
     read_rows,
-    text_hash,
     to_messages,
 )
 
@@ -107,11 +106,6 @@ def test_saved_hugging_face_dataset_source(tmp_path: Path) -> None:
     ):
         _mix_one(tmp_path, tmp_path / "dd", "prompt", 1)
     assert len(_mix_one(tmp_path, tmp_path / "dd", "prompt", 2, split="train")) == 2
-
-
-def test_exact_hash_ignores_case_and_spacing_only() -> None:
-    assert text_hash("Hello   World\n") == text_hash("hello world")
-    assert text_hash("hello world") != text_hash("hello world!")
 
 
 def test_near_deduper_flags_small_edits_not_different_texts() -> None:

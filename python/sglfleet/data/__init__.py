@@ -21,7 +21,7 @@ from sglfleet._lazy import attach
 if TYPE_CHECKING:
     from sglfleet.data._adapters import Format, RowError, to_messages, user_text
     from sglfleet.data._categories import CATEGORIES, classify
-    from sglfleet.data._dedupe import LshPlan, NearDeduper, plan_lsh, text_hash
+    from sglfleet.data._dedupe import LshPlan, NearDeduper, plan_lsh
     from sglfleet.data._errors import DataError
     from sglfleet.data._existing import CategoryCache, cache_dir
     from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
