@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import subprocess
@@ -38,6 +37,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from sglfleet_testing.textgen import Words, planted_pair
 
 EXISTING_ROWS = 1_000_000
 CANDIDATES = 300_000
@@ -295,38 +295,6 @@ def dict_merge(existing: Path, results: Path, prompts: Path, output: Path) -> in
 
 
 # ---- 1. near-duplicate recall ---------------------------------------------------------------------
-
-
-class Words:
-    """Words never used before: every 3-gram of a text built from them is unique to it."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def take(self, k: int) -> list[str]:
-        out = []
-        for _ in range(k):
-            n, word = self.n, ""
-            self.n += 1
-            while True:
-                n, r = divmod(n, 26)
-                word += "abcdefghijklmnopqrstuvwxyz"[r]
-                if not n:
-                    break
-            out.append("q" + word)
-        return out
-
-
-def planted_pair(rng: random.Random, words: Words, jaccard: float, at_least: bool) -> tuple[str, str, float]:
-    """Two texts whose word 3-gram sets have a Jaccard similarity of at least (or at most) `jaccard`,
-    and the exact value: the second is the first with its last m words replaced by fresh ones."""
-    n = rng.randint(40, 240)
-    shingles = n - 2
-    share = shingles * (1 - jaccard) / (1 + jaccard)
-    m = max(1, math.floor(share) if at_least else math.ceil(share))
-    base = words.take(n)
-    other = base[: n - m] + words.take(m)
-    return " ".join(base), " ".join(other), (shingles - m) / (shingles + m)
 
 
 def _status_kib(field: str) -> int:

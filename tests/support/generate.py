@@ -1,10 +1,15 @@
-"""Helpers of the generation-engine tests: corpora, stand-in fleets, output checks."""
+"""Helpers of the generation-engine tests: corpora, stand-in fleets, output checks, a job run in-process,
+servers with a fixed latency (latency_server.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
+import subprocess
+import sys
+import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from sglfleet_testing.standin.process import StandinProcess, start_standin
+
+from sglfleet.gen import GenerateConfig, LogReporter, Outcome, run
 
 
 def write_conversations(path: Path, n: int, prefix: str = "c") -> list[str]:
@@ -83,3 +90,62 @@ def requests_served(base_url: str) -> float:
     match = re.search(r"^sglang:num_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
     assert match, text[:500]
     return float(match.group(1))
+
+
+# -- running a job in-process, against servers with a fixed latency ------------------------------
+
+
+def job_config(inp: Path, out: Path, endpoints: list[str], **kw: object) -> GenerateConfig:
+    kw.setdefault("concurrency", 8)
+    kw.setdefault("backoff_base", 0.01)
+    kw.setdefault("probe_interval", 0.1)
+    return GenerateConfig(input=inp, output=out, endpoints=endpoints, **kw)  # type: ignore[arg-type]
+
+
+def run_job(inp: Path, out: Path, endpoints: list[str], **kw: object) -> Outcome:
+    return run(job_config(inp, out, endpoints, **kw), LogReporter(io.StringIO(), 3600), handle_signals=False)
+
+
+class Background:
+    """A job run on a thread, so that the test can act on the world meanwhile."""
+
+    def __init__(self, config: GenerateConfig) -> None:
+        self.outcome: Outcome | None = None
+        self.thread = threading.Thread(target=self._run, args=(config,), daemon=True)
+        self.thread.start()
+
+    def _run(self, config: GenerateConfig) -> None:
+        self.outcome = run(config, LogReporter(io.StringIO(), 3600), handle_signals=False)
+
+    def join(self, timeout: float) -> Outcome:
+        self.thread.join(timeout)
+        assert self.outcome is not None, "the job did not end in time"
+        return self.outcome
+
+
+def count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+@contextlib.contextmanager
+def latency_servers(count: int, latency: float, mode: str) -> Iterator[list[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("latency_server.py")), str(count), str(latency), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line, "latency server did not start"
+        yield [f"http://127.0.0.1:{p}" for p in json.loads(line)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def get_json(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 BIN = Path(sys.executable).parent
 CFG = ROOT / "ansible.cfg"
 

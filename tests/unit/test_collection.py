@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 BIN = Path(sys.executable).parent
 
 

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from sglfleet.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples/mix"
 
 

@@ -15,14 +15,15 @@ from types import SimpleNamespace
 
 import pytest
 from sglfleet_testing.standin.process import standin_argv
-from test_status import consecutive_free_ports
+from support.net import consecutive_free_ports
+from support.paths import REPO
 
 from sglfleet.fleet import check_fleet, endpoints_from_range, load_ledger, record_phase
 from sglfleet.gen import job_verdict
 
 pytestmark = pytest.mark.timeout(240)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
 

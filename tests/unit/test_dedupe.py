@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from datasketch import MinHash
+from sglfleet_testing.textgen import Words, planted_pair
 
 from sglfleet.data import build_mix, parse_config
 from sglfleet.data._dedupe import NearDeduper, Signer, plan_lsh, shingles
 
 pytestmark = pytest.mark.timeout(120)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_mix_merge import Words, planted_pair  # noqa: E402
 
 
 def test_signatures_are_datasketch_minhashes_of_the_shingles() -> None:

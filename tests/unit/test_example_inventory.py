@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import REPO
 
 from sglfleet.data import parse_config
 
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 EXAMPLE = ROOT / "inventory" / "example"
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}

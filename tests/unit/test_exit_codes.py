@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from generate_support import fleet, write_batch
+from support.generate import fleet, write_batch
+from support.paths import REPO
 from support.polling import wait_until
 
 from sglfleet.exitcodes import ExitCode
 
 pytestmark = pytest.mark.timeout(120)
-REPO = Path(__file__).resolve().parents[2]
 SGLFLEET = [sys.executable, "-m", "sglfleet"]
 
 

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from generate_support import (
+from rich.console import Console
+from sglfleet_testing.standin.process import StandinProcess
+from support.generate import (
     assert_exactly_once,
     fleet,
     read_jsonl,
@@ -17,8 +19,6 @@ from generate_support import (
     write_batch,
     write_conversations,
 )
-from rich.console import Console
-from sglfleet_testing.standin.process import StandinProcess
 
 from sglfleet.cli import main as cli_main
 from sglfleet.gen import (

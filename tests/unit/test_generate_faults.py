@@ -3,90 +3,34 @@ Retry-After, inputs that change under a run, full disks. Real servers on 127.0.0
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from generate_support import assert_exactly_once, fleet, read_jsonl, write_batch, write_conversations
+from support.generate import (
+    Background,
+    assert_exactly_once,
+    count_lines,
+    fleet,
+    get_json,
+    job_config,
+    latency_servers,
+    read_jsonl,
+    run_job,
+    write_batch,
+    write_conversations,
+)
+from support.polling import wait_until
 
-from sglfleet.gen import ExitCode, GenerateConfig, LogReporter, Outcome, manifest_path, run
+from sglfleet.gen import ExitCode, manifest_path
 from sglfleet.gen import load_manifest as load
 
 pytestmark = pytest.mark.timeout(90)
-HERE = Path(__file__).parent
-
-
-def _config(inp: Path, out: Path, endpoints: list[str], **kw: object) -> GenerateConfig:
-    kw.setdefault("concurrency", 8)
-    kw.setdefault("backoff_base", 0.01)
-    kw.setdefault("probe_interval", 0.1)
-    return GenerateConfig(input=inp, output=out, endpoints=endpoints, **kw)  # type: ignore[arg-type]
-
-
-def _run(inp: Path, out: Path, endpoints: list[str], **kw: object) -> Outcome:
-    return run(_config(inp, out, endpoints, **kw), LogReporter(io.StringIO(), 3600), handle_signals=False)
-
-
-class Background:
-    """A job run on a thread, so that the test can act on the world meanwhile."""
-
-    def __init__(self, config: GenerateConfig) -> None:
-        self.outcome: Outcome | None = None
-        self.thread = threading.Thread(target=self._run, args=(config,), daemon=True)
-        self.thread.start()
-
-    def _run(self, config: GenerateConfig) -> None:
-        self.outcome = run(config, LogReporter(io.StringIO(), 3600), handle_signals=False)
-
-    def join(self, timeout: float) -> Outcome:
-        self.thread.join(timeout)
-        assert self.outcome is not None, "the job did not end in time"
-        return self.outcome
-
-
-def _lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
-@contextlib.contextmanager
-def latency_servers(count: int, latency: float, mode: str) -> Iterator[list[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "latency_server.py"), str(count), str(latency), mode],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert line, "latency server did not start"
-        yield [f"http://127.0.0.1:{p}" for p in json.loads(line)]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _get_json(url: str) -> object:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
 
 
 # -- 1. a frozen instance -------------------------------------------------------------------------
@@ -98,9 +42,11 @@ def test_a_frozen_instance_is_taken_out_and_its_requests_answered_elsewhere(tmp_
     flags = {"standin_ttft": 0.02, "max_running_requests": 4}
     with fleet(flags, flags, flags) as servers:
         frozen = servers[0]
-        job = Background(_config(inp, out, [s.base_url for s in servers], concurrency=4, request_timeout=60))
+        job = Background(
+            job_config(inp, out, [s.base_url for s in servers], concurrency=4, request_timeout=60)
+        )
         try:
-            _wait_for(lambda: _lines(out) >= 100)
+            wait_until(lambda: count_lines(out) >= 100, timeout=30, what="100 results written")
             os.kill(frozen.process.pid, signal.SIGSTOP)  # sockets stay open, nothing answers
             t0 = time.monotonic()
             outcome = job.join(60)
@@ -122,14 +68,14 @@ def test_a_200_error_object_is_retried_then_reported_never_written(tmp_path: Pat
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     ids = write_batch(inp, 20)
     with latency_servers(1, 0.0, "error_object") as urls:
-        ok = _run(inp, out, urls)
+        ok = run_job(inp, out, urls)
         assert ok.exit_code == ExitCode.OK and ok.manifest is not None, ok.message
         assert ok.manifest.counts.retries_this_run == 20  # every first answer was an error object
         assert_exactly_once(out, ids)
 
     out2 = tmp_path / "out2.jsonl"
     with latency_servers(1, 0.0, "error_object") as urls:
-        failed = _run(inp, out2, urls, max_retries=0)
+        failed = run_job(inp, out2, urls, max_retries=0)
     assert failed.exit_code == ExitCode.FAILURES
     assert out2.read_bytes() == b"", "an error object is never written as a result"
     errors = read_jsonl(tmp_path / "out2.jsonl.errors.jsonl")
@@ -145,8 +91,8 @@ def test_retry_after_is_honoured(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     ids = write_batch(inp, 3)
     with latency_servers(1, 0.0, "retry_after") as urls:
-        outcome = _run(inp, out, urls, backoff_base=0.01)
-        attempts = _get_json(urls[0] + "/attempts")
+        outcome = run_job(inp, out, urls, backoff_base=0.01)
+        attempts = get_json(urls[0] + "/attempts")
     assert outcome.exit_code == ExitCode.OK, outcome.message
     assert_exactly_once(out, ids)
     by_body: dict[str, list[float]] = {}
@@ -166,8 +112,8 @@ def test_lines_appended_during_a_run_are_not_sent_and_the_resume_names_the_chang
     size = inp.stat().st_size
     first = inp.read_text().splitlines()[0]
     with fleet({"standin_ttft": 0.01, "max_running_requests": 2}) as servers:
-        job = Background(_config(inp, out, [servers[0].base_url], concurrency=2))
-        _wait_for(lambda: _lines(out) >= 10)
+        job = Background(job_config(inp, out, [servers[0].base_url], concurrency=2))
+        wait_until(lambda: count_lines(out) >= 10, timeout=30, what="10 results written")
         with inp.open("a") as fh:
             fh.write(first + "\n")  # a duplicate id
             fh.write('{"custom_id": "x"}\n')  # a bad line
@@ -176,7 +122,7 @@ def test_lines_appended_during_a_run_are_not_sent_and_the_resume_names_the_chang
         assert outcome.manifest is not None and outcome.manifest.input.size == size
         assert outcome.manifest.counts.done == outcome.manifest.counts.total == 300
         assert_exactly_once(out, ids)
-        again = _run(inp, out, [servers[0].base_url])
+        again = run_job(inp, out, [servers[0].base_url])
     assert again.exit_code == ExitCode.INPUT_CHANGED
     assert f"the input grew from {size} to" in again.message and "lines were appended" in again.message
 
@@ -186,8 +132,8 @@ def test_a_line_edited_during_a_run_stops_it_naming_the_line(tmp_path: Path) -> 
     write_batch(inp, 400)
     lines = inp.read_bytes().splitlines(keepends=True)
     with fleet({"standin_ttft": 0.01, "max_running_requests": 2}) as servers:
-        job = Background(_config(inp, out, [servers[0].base_url], concurrency=2))
-        _wait_for(lambda: _lines(out) >= 5)
+        job = Background(job_config(inp, out, [servers[0].base_url], concurrency=2))
+        wait_until(lambda: count_lines(out) >= 5, timeout=30, what="5 results written")
         edited = lines[-1].replace(b"prompt 399", b"prompt 999")
         with inp.open("r+b") as fh:  # in place, same size: only the bytes tell
             fh.seek(sum(len(x) for x in lines[:-1]))
@@ -202,7 +148,7 @@ def test_a_line_edited_during_a_run_stops_it_naming_the_line(tmp_path: Path) -> 
 def test_stream_true_is_refused_at_validation(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_batch(inp, 3, stream=True)
-    outcome = _run(inp, out, ["http://127.0.0.1:9"])
+    outcome = run_job(inp, out, ["http://127.0.0.1:9"])
     assert outcome.exit_code == ExitCode.BAD_INPUT
     assert str(outcome.input_errors[0]).startswith("line 1: body.stream is true")
 
@@ -229,7 +175,7 @@ def test_a_full_disk_stops_with_its_exit_code_leaves_nothing_half_written_and_re
     inp, out = tmp_path / "in.jsonl", small_disk / "out.jsonl"
     ids = write_conversations(inp, 400)
     with fleet({}) as servers:
-        full = _run(inp, out, [servers[0].base_url])
+        full = run_job(inp, out, [servers[0].base_url])
         assert full.exit_code == ExitCode.DISK_FULL, full.message
         assert "no space left" in full.message
         data = out.read_bytes()
@@ -238,7 +184,7 @@ def test_a_full_disk_stops_with_its_exit_code_leaves_nothing_half_written_and_re
         m = load(manifest_path(out))  # the manifest on disk is whole (an older one, or the last)
         assert m is not None
         subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
-        resumed = _run(inp, out, [servers[0].base_url])
+        resumed = run_job(inp, out, [servers[0].base_url])
     assert resumed.exit_code == ExitCode.OK, resumed.message
     assert_exactly_once(out, ids)
 
@@ -248,7 +194,7 @@ def test_a_short_manifest_write_keeps_the_previous_manifest(tmp_path: Path) -> N
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_batch(inp, 5)
     with fleet({}) as servers:
-        assert _run(inp, out, [servers[0].base_url]).exit_code == ExitCode.OK
+        assert run_job(inp, out, [servers[0].base_url]).exit_code == ExitCode.OK
     mpath = manifest_path(out)
     before = mpath.read_bytes()
     child = f"""
@@ -279,7 +225,7 @@ def test_a_metrics_port_in_use_is_refused_before_anything_is_sent(tmp_path: Path
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        outcome = _run(inp, out, [servers[0].base_url], metrics_port=port)
+        outcome = run_job(inp, out, [servers[0].base_url], metrics_port=port)
     assert (
         outcome.exit_code == ExitCode.BAD_INPUT and f"--metrics-port {port}: cannot listen" in outcome.message
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from generate_support import assert_exactly_once, fleet, requests_served
+from support.generate import assert_exactly_once, fleet, requests_served
 
 from sglfleet.cli import main as cli_main
 from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, Outcome, run

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_generate_faults import _get_json, _run, latency_servers
+from support.generate import get_json, latency_servers, run_job
 
 from sglfleet.data import merge
 from sglfleet.gen import ExitCode, GenParams
@@ -61,8 +61,8 @@ def test_every_assistant_turn_regenerated_then_merged(tmp_path: Path) -> None:
         keep_reasoning=True,
     )
     with latency_servers(1, 0.0, "ok") as urls:
-        outcome = _run(inp, out, urls, params=params)
-        bodies = _get_json(urls[0] + "/bodies")
+        outcome = run_job(inp, out, urls, params=params)
+        bodies = get_json(urls[0] + "/bodies")
     assert outcome.exit_code == ExitCode.OK, outcome.message
     assert len(bodies) == 3  # two turns of sf-1, one of 2
     assert all(b["top_k"] == 20 and b["chat_template_kwargs"] == {"enable_thinking": True} for b in bodies)
@@ -98,7 +98,7 @@ def test_the_last_turn_mode_keeps_the_conversation_too(tmp_path: Path) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     _write(inp, CONVERSATIONS)
     with latency_servers(1, 0.0, "ok") as urls:
-        outcome = _run(inp, out, urls)
+        outcome = run_job(inp, out, urls)
     assert outcome.exit_code == ExitCode.OK
     rows = {r["custom_id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert [t["content"] for t in rows["sf-1"]["conversations"]] == [
@@ -122,6 +122,6 @@ def test_all_turns_refuses_what_specforge_refuses(tmp_path: Path) -> None:
             }
         ],
     )
-    outcome = _run(inp, out, ["http://127.0.0.1:9"], params=GenParams(turns="all"))
+    outcome = run_job(inp, out, ["http://127.0.0.1:9"], params=GenParams(turns="all"))
     assert outcome.exit_code == ExitCode.BAD_INPUT
     assert "conversations[0] is an assistant turn" in str(outcome.input_errors[0])

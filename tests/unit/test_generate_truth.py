@@ -17,24 +17,27 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from generate_support import (
+from sglfleet_testing.standin.process import free_port
+from support.generate import (
+    Background,
     assert_exactly_once,
+    count_lines,
     fleet,
+    job_config,
+    latency_servers,
     read_jsonl,
     requests_served,
+    run_job,
     write_batch,
     write_conversations,
 )
-from sglfleet_testing.standin.process import free_port
 from support.polling import wait_until
-from test_generate_faults import Background, _config, _lines, _run, latency_servers
 
 from sglfleet.data import merge
 from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, manifest_path, run
 from sglfleet.gen import load_manifest as load
 
 pytestmark = pytest.mark.timeout(120)
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -57,13 +60,13 @@ def test_an_empty_choice_is_retried_then_reported_never_counted_done(tmp_path: P
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     ids = write_batch(inp, 12)
     with latency_servers(1, 0.0, "empty_choice") as urls:
-        ok = _run(inp, out, urls)
+        ok = run_job(inp, out, urls)
         assert ok.exit_code == ExitCode.OK and ok.manifest is not None, ok.message
         assert ok.manifest.counts.retries_this_run == 12  # every first answer was {"choices": [{}]}
         assert_exactly_once(out, ids)
     out2 = tmp_path / "out2.jsonl"
     with latency_servers(1, 0.0, "empty_choice") as urls:  # a fresh server: first attempts again
-        failed = _run(inp, out2, urls, max_retries=0)
+        failed = run_job(inp, out2, urls, max_retries=0)
     assert failed.exit_code == ExitCode.FAILURES, failed.message
     assert out2.read_bytes() == b"", "an empty choice is never written as a result"
     errors = read_jsonl(tmp_path / "out2.jsonl.errors.jsonl")
@@ -79,7 +82,7 @@ def test_content_null_from_a_thinking_model_is_retried_then_reported_and_rerun(t
     ids = write_batch(inp, 6, max_tokens=1)
     with fleet({"reasoning_parser": "qwen3"}) as servers:
         url = servers[0].base_url
-        outcome = _run(inp, out, [url], max_retries=1)
+        outcome = run_job(inp, out, [url], max_retries=1)
         assert outcome.exit_code == ExitCode.FAILURES, outcome.message
         assert out.read_bytes() == b""
         errors = read_jsonl(tmp_path / "out.jsonl.errors.jsonl")
@@ -87,7 +90,7 @@ def test_content_null_from_a_thinking_model_is_retried_then_reported_and_rerun(t
         assert "choices[0].message.content is null" in errors[0]["error"]["message"]
         assert errors[0]["response"]["body"]["choices"][0]["message"]["reasoning_content"]
         # the rerun sends them again (with room to answer after thinking, they are done)
-        again = _run(inp, out, [url], params=GenParams(max_tokens=64), force=True)
+        again = run_job(inp, out, [url], params=GenParams(max_tokens=64), force=True)
     assert again.exit_code == ExitCode.OK, again.message
     assert_exactly_once(out, ids)
 
@@ -105,7 +108,7 @@ def test_two_instances_frozen_one_after_the_other_end_near_the_stall_window(tmp_
     flags = {"standin_ttft": 1.0, "max_running_requests": 4}
     with fleet(flags, flags, flags) as servers:
         a, b, _ = servers
-        config = _config(
+        config = job_config(
             inp,
             out,
             [s.base_url for s in servers],
@@ -117,7 +120,7 @@ def test_two_instances_frozen_one_after_the_other_end_near_the_stall_window(tmp_
         )
         job = Background(config)
         try:
-            wait_until(lambda: _lines(out) >= 6, timeout=30, what="the first results")
+            wait_until(lambda: count_lines(out) >= 6, timeout=30, what="the first results")
             os.kill(a.process.pid, signal.SIGSTOP)
             t0 = time.monotonic()
             # A's requests go elsewhere; freeze B while they run there
@@ -170,7 +173,9 @@ def test_reasoning_is_kept_through_generate_and_merge(tmp_path: Path, fmt: str) 
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     ids = _mix_like(inp, 3) if fmt == "batch" else write_conversations(inp, 3)
     with fleet({"reasoning_parser": "qwen3", "standin_natural_tokens": "40:60"}) as servers:
-        outcome = _run(inp, out, [servers[0].base_url], params=GenParams(max_tokens=200, keep_reasoning=True))
+        outcome = run_job(
+            inp, out, [servers[0].base_url], params=GenParams(max_tokens=200, keep_reasoning=True)
+        )
     assert outcome.exit_code == ExitCode.OK, outcome.message
     assert_exactly_once(out, ids)
     merged = tmp_path / "merged.jsonl"
@@ -187,7 +192,7 @@ def test_turns_all_on_batch_input_is_refused_not_ignored(tmp_path: Path) -> None
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     _mix_like(inp, 2)
     with fleet({}) as servers:
-        outcome = _run(inp, out, [servers[0].base_url], params=GenParams(turns="all"))
+        outcome = run_job(inp, out, [servers[0].base_url], params=GenParams(turns="all"))
     assert outcome.exit_code == ExitCode.BAD_INPUT, outcome.message
     assert "--turns all applies to conversation input" in outcome.message
     assert not out.exists() or out.read_bytes() == b""
@@ -201,7 +206,7 @@ def test_a_sampling_flag_wins_over_the_body_and_the_manifest_records_what_was_se
     ids = _mix_like(inp, 20)  # every body says max_tokens 512
     with latency_servers(1, 0.0, "ok") as urls:
         params = GenParams(max_tokens=64, temperature=0.25, extra={"top_k": 7})
-        outcome = _run(inp, out, urls, params=params)
+        outcome = run_job(inp, out, urls, params=params)
         with urllib.request.urlopen(urls[0] + "/bodies", timeout=5) as resp:
             sent = json.loads(resp.read())
     assert outcome.exit_code == ExitCode.OK, outcome.message
@@ -232,14 +237,14 @@ def test_job_status_counts_the_results_on_disk_when_the_manifest_lags(tmp_path: 
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            wait_until(lambda: _lines(out) >= 20, timeout=30, what="20 results")
+            wait_until(lambda: count_lines(out) >= 20, timeout=30, what="20 results")
             proc.kill()  # kill -9 before the manifest's first periodic rewrite (every 5 s)
             proc.wait()
         finally:
             if proc.poll() is None:
                 proc.kill()
     m = load(manifest_path(out))
-    on_disk = _lines(out)
+    on_disk = count_lines(out)
     assert m is not None and m.counts.done < on_disk  # the manifest lags behind the output
     status = _cli("job", "status", str(out), "--json")
     assert status.returncode == 11, status.stderr
@@ -272,7 +277,7 @@ def test_eta_is_unknown_while_requests_hang(tmp_path: Path) -> None:
         return lines[-1] if lines else ""
 
     with fleet({"standin_hang_rate": 0.1, "standin_seed": 3}) as servers:
-        config = _config(
+        config = job_config(
             inp, out, [servers[0].base_url], request_timeout=20, max_retries=0, manifest_interval=0.2
         )
         job = _Logged(config, log)
@@ -320,7 +325,7 @@ def test_after_exit_6_the_command_it_names_works(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        wait_until(lambda: _lines(out) >= 5, timeout=30, what="5 results")
+        wait_until(lambda: count_lines(out) >= 5, timeout=30, what="5 results")
         edited = lines[-1].replace(b"prompt 399", b"prompt 999")
         with inp.open("r+b") as fh:  # in place, same size: only the bytes tell
             fh.seek(sum(len(x) for x in lines[:-1]))
@@ -358,7 +363,7 @@ def test_a_401_is_an_answer_even_while_another_endpoint_is_down(tmp_path: Path) 
     write_batch(inp, 30)
     with fleet({"standin_crash_after": 1}, {"api_key": "right"}, {"api_key": "right"}) as servers:
         t0 = time.monotonic()
-        outcome = _run(inp, out, [s.base_url for s in servers], api_key="wrong", down_timeout=60)
+        outcome = run_job(inp, out, [s.base_url for s in servers], api_key="wrong", down_timeout=60)
         took = time.monotonic() - t0
     assert outcome.exit_code == ExitCode.AUTH, outcome.message
     assert took < 20, f"{took:.1f} s: a 401 is an answer, no need to wait for the endpoint that is down"
@@ -370,7 +375,7 @@ def test_the_final_metrics_stay_scrapable_after_the_end(tmp_path: Path) -> None:
     write_batch(inp, 30)
     port = free_port()
     with fleet({}) as servers:
-        job = Background(_config(inp, out, [servers[0].base_url], metrics_port=port, metrics_linger=30.0))
+        job = Background(job_config(inp, out, [servers[0].base_url], metrics_port=port, metrics_linger=30.0))
         wait_until(
             lambda: _scrape(port).get("sglfleet_generate_exit_code") is not None,
             timeout=30,

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from generate_support import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
+from support.generate import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
 
 from sglfleet.cli import main as cli_main
 from sglfleet.gen import load_manifest as load

@@ -9,13 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.paths import FIXTURES
 
 from sglfleet.fleet import GpuQueryError, combine, parse_compute_apps, parse_gpus, query_gpus
 
 pytestmark = pytest.mark.timeout(60)
 
-DATA = Path(__file__).parent / "data" / "nvidia_smi"
+DATA = FIXTURES / "nvidia_smi"
 FAKE = DATA / "fake-nvidia-smi"
 
 

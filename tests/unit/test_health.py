@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from module_runner import assert_examples_use_documented_options, module_doc, run_module
 from sglfleet_testing.standin.process import running_standin, standin_process
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import Endpoint, check_fleet, endpoints_from_range, endpoints_from_urls, parse_loads
 

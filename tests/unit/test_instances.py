@@ -8,7 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.paths import REPO
 
 from sglfleet.fleet import _instances as inst
 
@@ -302,7 +303,7 @@ def test_the_backend_lists_are_sglang_0_5_12s() -> None:
     import yaml
     from sglfleet_testing.standin.cli import ATTENTION_BACKENDS as STANDIN
 
-    role = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/vars/main.yml").read_text())
+    role = yaml.safe_load((REPO / "roles/sglang/vars/main.yml").read_text())
     assert role["__sglang_known_backends"] == list(inst.ATTENTION_BACKENDS)
     assert sorted(STANDIN) == sorted(inst.ATTENTION_BACKENDS)
 

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/cuda_toolchain/files/verify/jit_lines.py"
+SCRIPT = REPO / "roles/cuda_toolchain/files/verify/jit_lines.py"
 _spec = importlib.util.spec_from_file_location("jit_lines", SCRIPT)
 assert _spec and _spec.loader
 jit_lines = importlib.util.module_from_spec(_spec)

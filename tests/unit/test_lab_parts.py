@@ -19,8 +19,7 @@ from sglfleet_testing.lab.template import (
     parse_sources,
     prepare_rootfs,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
 
 
 def write(path: Path, text: str) -> Path:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import (
     LEDGER_PATH,

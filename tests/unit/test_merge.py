@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import REPO
 
 from sglfleet.cli import main
 from sglfleet.data import DataError, build_mix, load_config, merge
 
 pytestmark = pytest.mark.timeout(60)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

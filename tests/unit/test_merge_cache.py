@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from sglfleet.data import CategoryCache, DataError, build_mix, classify, load_config, merge
 
 pytestmark = pytest.mark.timeout(120)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _result(cid: str) -> dict:

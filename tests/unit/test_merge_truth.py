@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.generate import latency_servers, run_job
 from support.polling import wait_until
-from test_generate_faults import _run, latency_servers
 
 from sglfleet.cli import main
 from sglfleet.data import DataError, merge
@@ -61,7 +61,7 @@ def generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _prompts(job / "prompts.jsonl", 8, "geography")
     monkeypatch.chdir(job)
     with latency_servers(1, 0.0, "ok") as urls:  # it answers "answer to <the prompt's text>"
-        outcome = _run(Path("prompts.jsonl"), Path("results.jsonl"), urls)
+        outcome = run_job(Path("prompts.jsonl"), Path("results.jsonl"), urls)
     assert outcome.exit_code == ExitCode.OK, outcome.message
     return job / "results.jsonl"
 

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
+from support.paths import REPO
 
 from sglfleet.cli import main
 from sglfleet.data import DataError, build_mix, classify, custom_id, load_config, parse_config, user_text
 
 pytestmark = pytest.mark.timeout(60)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

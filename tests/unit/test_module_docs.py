@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from module_runner import LIBRARY, assert_examples_use_documented_options, module_argv, module_doc
+from support.module_runner import LIBRARY, assert_examples_use_documented_options, module_argv, module_doc
 
 from sglfleet.fleet import PHASES, STATUSES
 from sglfleet.pve import STATES

@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from sglfleet.fleet import load_ledger
 
 pytestmark = pytest.mark.timeout(200)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 def include(name: str, role: str, tasks_from: str) -> dict:

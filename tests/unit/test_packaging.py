@@ -15,10 +15,11 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from support.paths import REPO
 
 import sglfleet
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 PROJECTS = {"sglfleet": ROOT / "python", "sglfleet-testing": ROOT / "testing"}
 # the extras `make venv` installs: -e "python[mix,hf,pve]" -e "testing[lab]"
 INSTALLED_EXTRAS = {"sglfleet": {"mix", "hf", "pve"}, "sglfleet-testing": {"lab"}}

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
 # Ansible's own check of a role's arguments is tagged `always` by Ansible itself: it reads variables, on

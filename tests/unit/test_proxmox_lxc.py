@@ -11,15 +11,15 @@ import json
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from module_runner import module_argv
+from support.module_runner import module_argv
+from support.paths import REPO
 from support.polling import wait_until
 
 from sglfleet.pve import Credentials, PveApiError, PveClient
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 MODULE = ROOT / "library" / "proxmox_lxc.py"
 NODE = "pve1"
 TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 PLAYBOOK = ROOT / "playbooks" / "provision.yml"
 TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
 

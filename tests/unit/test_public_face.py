@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 # Every consumer of the package. The CLI lives inside the package but is a user of the others.
 CONSUMERS = ("library", "module_utils", "bench", "tests", "testing", "scripts", "python/sglfleet/cli")
 

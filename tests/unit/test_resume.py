@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from module_runner import run_module
+from support.module_runner import run_module
 
 from sglfleet.fleet import (
     GpuFacts,

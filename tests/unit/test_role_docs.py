@@ -6,8 +6,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 def _role_docs():  # scripts/ is not a package: load the generator from its file

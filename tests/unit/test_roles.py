@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 # Every role; a role without tasks (sglfleet: the variables the phases share) keeps the same rules on its
 # variables, and has no table of contents to check.
 ALL_ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "main.yml").is_file())

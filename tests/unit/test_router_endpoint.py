@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from generate_support import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
 from sglfleet_testing.router import running_router, write_model_dir
+from support.generate import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
 
 from sglfleet.fleet import endpoints_from_urls, probe_fleet_async
 from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, run

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from generate_support import assert_exactly_once, fleet, write_conversations
+from support.generate import assert_exactly_once, fleet, write_conversations
 
 from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, Outcome, run
 

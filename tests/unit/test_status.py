@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from sglfleet_testing.standin.process import standin_argv
+from support.net import consecutive_free_ports
+from support.paths import FIXTURES
 
 from sglfleet.fleet import (
     check_fleet,
@@ -27,32 +28,9 @@ from sglfleet.fleet import (
 
 pytestmark = pytest.mark.timeout(90)
 
-DATA = Path(__file__).parent / "data" / "nvidia_smi"
+DATA = FIXTURES / "nvidia_smi"
 SERVED = "qwen3-32b"
 T0 = datetime(2026, 12, 2, 18, 0, tzinfo=UTC)
-
-
-def consecutive_free_ports(n: int) -> int:
-    """A base port such that base..base+n-1 are all free on 127.0.0.1 right now."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no run of free ports")
 
 
 @pytest.fixture(scope="module")

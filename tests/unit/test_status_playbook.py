@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 from sglfleet_testing.standin.process import standin_argv
-from test_status import consecutive_free_ports
+from support.net import consecutive_free_ports
+from support.paths import FIXTURES, REPO
 
 from sglfleet.fleet import check_fleet, endpoints_from_range, record_phase
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = Path(__file__).parent / "data" / "nvidia_smi"
+ROOT = REPO
+DATA = FIXTURES / "nvidia_smi"
 
 
 @pytest.fixture(scope="module")

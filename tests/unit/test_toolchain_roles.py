@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 import yaml
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 ROLES = ["cuda_toolchain", "sglang"]
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import (
     PatternError,

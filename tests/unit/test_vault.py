@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 BIN = Path(sys.executable).parent
 PAGE = ROOT / "docs" / "your-inventory.md"
 VAULT = Path("group_vars/fleet/vault.yml")

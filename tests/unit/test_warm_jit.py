@@ -7,9 +7,10 @@ import ast
 import py_compile
 import subprocess
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/sglang/files/warm_jit.py"
+from support.paths import REPO
+
+SCRIPT = REPO / "roles/sglang/files/warm_jit.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
