@@ -145,7 +145,7 @@ with SGLFLEET:
     from sglfleet.fleet import LedgerError, load_ledger, record_phase, remove_phase
 
 # The package's own lists. Without the package (ansible-test sanity, ansible-doc tooling) the documented
-# ones; tests/unit/test_module_docs.py keeps the two equal.
+# ones; tests/unit/modules/test_module_docs.py keeps the two equal.
 PHASES = (
     list(LEDGER_PHASES)
     if SGLFLEET.ok

@@ -254,7 +254,7 @@ with SGLFLEET:
     )
 
 # The package's own list. Without the package (ansible-test sanity, ansible-doc tooling) the documented
-# one; tests/unit/test_module_docs.py keeps the two equal.
+# one; tests/unit/modules/test_module_docs.py keeps the two equal.
 STATE_CHOICES = list(STATES) if SGLFLEET.ok else ["present", "started", "stopped", "absent"]
 
 SPEC_KEYS = (

@@ -20,6 +20,8 @@ from sglfleet_testing.standin.process import StandinProcess, start_standin
 
 from sglfleet.gen import GenerateConfig, LogReporter, Outcome, run
 
+LATENCY_SERVER = Path(__file__).with_name("latency_server.py")
+
 
 def write_conversations(path: Path, n: int, prefix: str = "c") -> list[str]:
     ids = [f"{prefix}{i:06d}" for i in range(n)]
@@ -133,7 +135,7 @@ def count_lines(path: Path) -> int:
 @contextlib.contextmanager
 def latency_servers(count: int, latency: float, mode: str) -> Iterator[list[str]]:
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("latency_server.py")), str(count), str(latency), mode],
+        [sys.executable, str(LATENCY_SERVER), str(count), str(latency), mode],
         stdout=subprocess.PIPE,
         text=True,
     )

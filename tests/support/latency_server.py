@@ -1,6 +1,6 @@
 """A stand-in SGLang API with a fixed latency per request, on N ports in one process.
 
-    python tests/unit/latency_server.py COUNT LATENCY_S [MODE]
+    python tests/support/latency_server.py COUNT LATENCY_S [MODE]
 
 Listens on COUNT free ports of 127.0.0.1, prints them as one JSON line, then serves
 /health_generate, /model_info, /v1/models and /v1/loads (SGLang 0.5.12 shapes), each answer

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from sglfleet_testing.standin.process import running_standin, standin_process
+from support.generate import LATENCY_SERVER
 from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
 
 from sglfleet.fleet import Endpoint, check_fleet, endpoints_from_range, endpoints_from_urls, parse_loads
 
 pytestmark = pytest.mark.timeout(60)
 
-HERE = Path(__file__).parent
 LATENCY_S = 0.4
 
 
@@ -29,7 +29,7 @@ LATENCY_S = 0.4
 def latency_ports() -> Iterator[list[int]]:
     """Eight instances answering every request after LATENCY_S seconds."""
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "latency_server.py"), "8", str(LATENCY_S)],
+        [sys.executable, str(LATENCY_SERVER), "8", str(LATENCY_S)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -16,13 +16,13 @@ CONSUMERS = ("library", "module_utils", "bench", "tests", "testing", "scripts", 
 # its private names stay private. Keep this list short: a name a user could need belongs on the face.
 EXCEPTIONS = {
     "bench/bench_generate.py": {"sglfleet.gen._client", "sglfleet.gen._manifest"},  # times the HTTP client
-    "tests/unit/test_dedupe.py": {"sglfleet.data._dedupe"},  # the MinHash signer, its block sizes
-    "tests/unit/test_merge_cache.py": {"sglfleet.data._merge"},  # chunking and the block copy
-    "tests/unit/test_store.py": {"sglfleet.gen._ids", "sglfleet.gen._store"},  # the id set, the line scan
-    "tests/unit/test_generate_prefix.py": {"sglfleet.gen._affinity", "sglfleet.gen._dispatch"},
-    "tests/unit/test_generation_job.py": {"sglfleet.gen._job"},  # the unit's observation and decision
-    "tests/unit/test_instances.py": {"sglfleet.fleet._instances"},  # the layout's steps
-    "tests/unit/test_doctor.py": {"sglfleet.doctor._probe"},  # the probe is a script run by path
+    "tests/unit/data/test_dedupe.py": {"sglfleet.data._dedupe"},  # the MinHash signer, its block sizes
+    "tests/unit/data/test_merge_cache.py": {"sglfleet.data._merge"},  # chunking and the block copy
+    "tests/unit/gen/test_store.py": {"sglfleet.gen._ids", "sglfleet.gen._store"},  # the id set, the line scan
+    "tests/unit/gen/test_generate_prefix.py": {"sglfleet.gen._affinity", "sglfleet.gen._dispatch"},
+    "tests/unit/gen/test_generation_job.py": {"sglfleet.gen._job"},  # the unit's observation and decision
+    "tests/unit/fleet/test_instances.py": {"sglfleet.fleet._instances"},  # the layout's steps
+    "tests/unit/doctor/test_doctor.py": {"sglfleet.doctor._probe"},  # the probe is a script run by path
 }
 
 
