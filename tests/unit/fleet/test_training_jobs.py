@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.polling import wait_until
 
 from sglfleet.fleet import (
     PatternError,
@@ -100,10 +101,7 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
     assert alive == ["unit train.service deactivating", f"pid {proc.pid}"]
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        deadline = 50
-        while process_alive(zombie.pid) and deadline:  # exited but not reaped: a zombie
-            deadline -= 1
-            time.sleep(0.1)
-        assert not process_alive(zombie.pid)
+        # exited but not reaped: a zombie, which is not alive
+        wait_until(lambda: not process_alive(zombie.pid), timeout=5, what="the exited child not alive")
     finally:
         zombie.wait()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.generate import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
+from support.polling import wait_until
 
 from sglfleet.cli import main as cli_main
 from sglfleet.gen import load_manifest as load
@@ -57,13 +58,6 @@ def _job_status(out: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
     return proc.returncode, json.loads(proc.stdout) if proc.stdout else {}
 
 
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
 def _metric(text: str, name: str, labels: str = "") -> float:
     match = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+-]+)$", text, re.M)
     assert match, f"{name}{labels} not in:\n{text[:2000]}"
@@ -79,7 +73,11 @@ def test_metrics_and_job_status_while_it_runs_and_after(tmp_path: Path) -> None:
         line = proc.stderr.readline()  # type: ignore[union-attr]
         match = re.search(r"metrics on (http://\S+/metrics)", line)
         assert match, line
-        _wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") >= 20)
+        wait_until(
+            lambda: out.exists() and out.read_bytes().count(b"\n") >= 20,
+            timeout=30,
+            what="20 results written",
+        )
         with urllib.request.urlopen(match.group(1), timeout=5) as resp:
             assert resp.headers["Content-Type"].startswith("text/plain")
             text = resp.read().decode()
@@ -91,7 +89,11 @@ def test_metrics_and_job_status_while_it_runs_and_after(tmp_path: Path) -> None:
         assert _metric(text, "sglfleet_generate_endpoint_up", f'{{endpoint="{url}"}}') == 1
         assert _metric(text, "sglfleet_generate_request_latency_seconds_count", f'{{endpoint="{url}"}}') >= 20
 
-        _wait_for(lambda: (load(manifest_path(out)) or object()).__class__.__name__ == "Manifest")
+        wait_until(
+            lambda: (load(manifest_path(out)) or object()).__class__.__name__ == "Manifest",
+            timeout=30,
+            what="the manifest written",
+        )
         code, running = _job_status(out)
         assert code == 10 and running["state"] == "running" and running["running"] is True
         assert running["total"] == 300 and running["done"] <= 300
@@ -113,7 +115,11 @@ def test_job_status_of_a_killed_job_says_stopped(tmp_path: Path) -> None:
     write_batch(inp, 400)
     with fleet({"standin_ttft": 0.05, "max_running_requests": 2}) as servers:
         proc = _generate(inp, out, [servers[0].base_url], "--concurrency", "2")
-        _wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") >= 5)
+        wait_until(
+            lambda: out.exists() and out.read_bytes().count(b"\n") >= 5,
+            timeout=30,
+            what="5 results written",
+        )
         proc.kill()
         proc.wait()
     code, st = _job_status(out)
@@ -186,8 +192,16 @@ def test_an_interrupt_does_not_mark_endpoints_down(tmp_path: Path) -> None:
     with fleet({"standin_ttft": 2.0}) as servers:
         url = servers[0].base_url
         proc = _generate(inp, out, [url], "--concurrency", "4", "--grace", "0")
-        _wait_for(lambda: (m := load(manifest_path(out))) is not None and m.status == "running")
-        _wait_for(lambda: requests_served(url) >= 0 and _in_flight(out) > 0)
+        wait_until(
+            lambda: (m := load(manifest_path(out))) is not None and m.status == "running",
+            timeout=30,
+            what="the manifest says running",
+        )
+        wait_until(
+            lambda: requests_served(url) >= 0 and _in_flight(out) > 0,
+            timeout=30,
+            what="requests in flight",
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 130
     m = load(manifest_path(out))

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sglfleet_testing.standin.cli import parse_config
 from sglfleet_testing.standin.process import free_port, standin_argv, start_standin
+from support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,13 +42,6 @@ def _post_in_thread(url: str, body: dict, into: list) -> threading.Thread:
     return thread
 
 
-def _wait_for(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 def test_defaults_are_sglangs_own_durations():
     config = parse_config(["--model-path", "m"])
     assert config.health_seconds == 1.0  # http_server.py:558 `await asyncio.sleep(1)`
@@ -63,7 +57,11 @@ class TestStart:
             # start_standin returns once the port listens: the load phase has passed by then.
             assert time.monotonic() - started >= 1.5
             assert httpx.get(f"{server.base_url}/health_generate").status_code == 503
-            _wait_for(lambda: httpx.get(f"{server.base_url}/health_generate").status_code == 200)
+            wait_until(
+                lambda: httpx.get(f"{server.base_url}/health_generate").status_code == 200,
+                timeout=10,
+                what="/health_generate answers 200",
+            )
             output = server.output()
             assert output.index("Load weight end.") < output.index("fired up and ready to roll")
         finally:
@@ -119,14 +117,18 @@ class TestSigterm:
         try:
             answers: list[httpx.Response] = []
             first = _post_in_thread(f"{server.base_url}/v1/completions", SLOW, answers)
-            _wait_for(lambda: _running(server.base_url) == 1)
+            wait_until(lambda: _running(server.base_url) == 1, timeout=10, what="one request running")
             server.process.send_signal(signal.SIGTERM)
-            _wait_for(lambda: "Draining requests and shutting down" in server.output())
+            wait_until(
+                lambda: "Draining requests and shutting down" in server.output(),
+                timeout=10,
+                what="the drain logged",
+            )
             assert httpx.get(f"{server.base_url}/health").status_code == 503
             assert httpx.get(f"{server.base_url}/health_generate").status_code == 503
             # still listening and serving: a request sent during the drain is answered too
             second = _post_in_thread(f"{server.base_url}/v1/completions", SLOW, answers)
-            _wait_for(lambda: _running(server.base_url) == 2)
+            wait_until(lambda: _running(server.base_url) == 2, timeout=10, what="two requests running")
             assert server.process.poll() is None
             first.join(10)
             second.join(10)
@@ -156,11 +158,11 @@ class TestSigterm:
         try:
             answers: list[httpx.Response] = []
             _post_in_thread(f"{server.base_url}/v1/completions", SLOW, answers)
-            _wait_for(lambda: _running(server.base_url) == 1)
+            wait_until(lambda: _running(server.base_url) == 1, timeout=10, what="one request running")
             server.process.send_signal(signal.SIGTERM)
             assert server.process.wait(5) == -signal.SIGKILL
             assert "force shutdown flag set. Force exiting." in server.output()
-            _wait_for(lambda: answers != [])
+            wait_until(lambda: answers != [], timeout=10, what="an answer")
             assert isinstance(answers[0], httpx.RemoteProtocolError)  # the request in flight is lost
         finally:
             server.close()
@@ -171,7 +173,7 @@ def test_sigint_stops_listening_finishes_in_flight_and_exits_0():
     try:
         answers: list[httpx.Response] = []
         thread = _post_in_thread(f"{server.base_url}/v1/completions", SLOW, answers)
-        _wait_for(lambda: _running(server.base_url) == 1)
+        wait_until(lambda: _running(server.base_url) == 1, timeout=10, what="one request running")
         server.process.send_signal(signal.SIGINT)
 
         def refused() -> bool:
@@ -181,7 +183,7 @@ def test_sigint_stops_listening_finishes_in_flight_and_exits_0():
                 return True
             return False
 
-        _wait_for(refused, 2)
+        wait_until(refused, timeout=2, what="connections refused")
         thread.join(10)
         assert answers[0].status_code == 200
         assert server.process.wait(10) == 0

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +38,6 @@ def start(ckpt: Path, *args: str) -> subprocess.Popen[str]:
 def test_sigterm_writes_the_checkpoint_and_exits_0(tmp_path: Path) -> None:
     ckpt = tmp_path / "run" / "ckpt.json"
     proc = start(ckpt)
-    time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     payload = json.loads(ckpt.read_text())
