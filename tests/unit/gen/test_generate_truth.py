@@ -375,7 +375,7 @@ def test_the_final_metrics_stay_scrapable_after_the_end(tmp_path: Path) -> None:
     write_batch(inp, 30)
     port = free_port()
     with fleet({}) as servers:
-        job = Background(job_config(inp, out, [servers[0].base_url], metrics_port=port, metrics_linger=30.0))
+        job = Background(job_config(inp, out, [servers[0].base_url], metrics_port=port, metrics_linger=10.0))
         wait_until(
             lambda: _scrape(port).get("sglfleet_generate_exit_code") is not None,
             timeout=30,
