@@ -36,11 +36,18 @@ import orjson
 import uvloop
 from sglfleet_testing.standin.process import StandinProcess, start_standin
 
+from sglfleet.gen import (
+    ExitCode,
+    GenerateConfig,
+    GenParams,
+    LogReporter,
+    OutputStore,
+    iter_requests,
+    result_line,
+    run,
+    scan_input,
+)
 from sglfleet.gen import _client as client
-from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-from sglfleet.gen._formats import GenParams, iter_requests, scan_input
-from sglfleet.gen._progress import LogReporter
-from sglfleet.gen._store import OutputStore, result_line
 
 
 @contextlib.contextmanager

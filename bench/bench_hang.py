@@ -32,9 +32,7 @@ from pathlib import Path
 import httpx
 from sglfleet_testing.standin.process import free_port
 
-from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._progress import LogReporter
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, run
 
 RESTART_SEC = 1.0  # the lab fleet's sglang_fleet_restart_sec
 

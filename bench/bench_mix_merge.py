@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import subprocess
@@ -42,6 +41,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from sglfleet_testing.textgen import Words, planted_pair
 
 EXISTING_ROWS = 1_000_000
 CANDIDATES = 300_000
@@ -192,15 +192,12 @@ def peak_rss_mib():
 
 t = time.perf_counter()
 if sys.argv[1] == "mix":
-    from sglfleet.data._existing import CategoryCache
-    from sglfleet.data._mix import build_mix
-    from sglfleet.data._mixconfig import load_config
+    from sglfleet.data import CategoryCache, build_mix, load_config
     cache = CategoryCache(Path(sys.argv[5]))
     report = build_mix(load_config(Path(sys.argv[2])), Path(sys.argv[3]), Path(sys.argv[4]), cache=cache)
     rows = report.as_dict()["prompts"]
 elif sys.argv[1] == "merge":
-    from sglfleet.data._existing import CategoryCache
-    from sglfleet.data._merge import merge
+    from sglfleet.data import CategoryCache, merge
     cache = CategoryCache(Path(sys.argv[7]) if sys.argv[7] != "-" else None)
     report = merge(*(Path(a) for a in sys.argv[2:6]), Path(sys.argv[6]), cache=cache)
     rows = report.as_dict()["rows"]["total"]
@@ -309,38 +306,6 @@ def dict_merge(existing: Path, results: Path, prompts: Path, output: Path) -> in
 # ---- 1. near-duplicate recall ---------------------------------------------------------------------
 
 
-class Words:
-    """Words never used before: every 3-gram of a text built from them is unique to it."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def take(self, k: int) -> list[str]:
-        out = []
-        for _ in range(k):
-            n, word = self.n, ""
-            self.n += 1
-            while True:
-                n, r = divmod(n, 26)
-                word += "abcdefghijklmnopqrstuvwxyz"[r]
-                if not n:
-                    break
-            out.append("q" + word)
-        return out
-
-
-def planted_pair(rng: random.Random, words: Words, jaccard: float, at_least: bool) -> tuple[str, str, float]:
-    """Two texts whose word 3-gram sets have a Jaccard similarity of at least (or at most) `jaccard`,
-    and the exact value: the second is the first with its last m words replaced by fresh ones."""
-    n = rng.randint(40, 240)
-    shingles = n - 2
-    share = shingles * (1 - jaccard) / (1 + jaccard)
-    m = max(1, math.floor(share) if at_least else math.ceil(share))
-    base = words.take(n)
-    other = base[: n - m] + words.take(m)
-    return " ".join(base), " ".join(other), (shingles - m) / (shingles + m)
-
-
 def _status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(f"{field}:"):
@@ -359,7 +324,7 @@ def recall_bench(threshold: float, pairs: int, background: int, num_perm: int | 
     set) among unrelated texts; count what the deduper drops."""
     import datasketch  # noqa: F401 (loaded before the memory is measured)
 
-    from sglfleet.data._dedupe import NearDeduper
+    from sglfleet.data import NearDeduper
 
     rng, words = random.Random(seed), Words()
     high = [planted_pair(rng, words, rng.uniform(threshold + 0.05, 1.0), True) for _ in range(pairs)]
@@ -443,7 +408,7 @@ def print_recall(threshold: float, pairs: int, background: int) -> None:
 def cluster_bench(sizes: tuple[int, ...], threshold: float) -> None:
     """Clusters of near copies of one prompt (the prompt + one word of its own each: Jaccard >= 0.93
     between any two) among unrelated texts: how many of each cluster are kept (ideal: 1)."""
-    from sglfleet.data._dedupe import NearDeduper
+    from sglfleet.data import NearDeduper
 
     print(f"## Near-copy clusters, threshold {threshold} (ideal: 1 kept, any cluster size)")
     print()

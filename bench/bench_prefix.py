@@ -37,9 +37,7 @@ from pathlib import Path
 from sglfleet_testing.router import running_router, write_model_dir
 from sglfleet_testing.standin.process import StandinProcess, start_standin
 
-from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._progress import LogReporter
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, run
 
 SERVERS = 8
 CONCURRENCY = 32  # per instance: sglfleet's default

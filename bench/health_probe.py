@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sglfleet_testing.standin.process import standin_process
 
-from sglfleet.fleet import _health as health
+from sglfleet.fleet import check_fleet, endpoints_from_urls
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,17 +59,17 @@ def latency_fleet(n: int, latency: float) -> Iterator[list[str]]:
 
 
 def measure(name: str, urls: list[str], rounds: int) -> None:
-    endpoints = health.endpoints_from_urls(urls)
-    assert health.check_fleet(endpoints).all_healthy
+    endpoints = endpoints_from_urls(urls)
+    assert check_fleet(endpoints).all_healthy
 
     def concurrent() -> None:
-        health.check_fleet(endpoints)
+        check_fleet(endpoints)
 
     def sequential() -> None:
         for endpoint in endpoints:
-            health.check_fleet([endpoint])
+            check_fleet([endpoint])
 
-    one = median_s(lambda: health.check_fleet(endpoints[:1]), rounds)
+    one = median_s(lambda: check_fleet(endpoints[:1]), rounds)
     together = median_s(concurrent, rounds)
     apart = median_s(sequential, rounds)
     print(

@@ -123,8 +123,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _gpus as sgl_gpus
-    from sglfleet.fleet import _resume as sgl_resume
+    from sglfleet.fleet import GpuQueryError, ResumeError, fleet_plan, gpus_not_free, query_gpus
 
 
 def main():
@@ -142,13 +141,13 @@ def main():
     SGLFLEET.require(module)
     p = module.params
     try:
-        plan = sgl_resume.fleet_plan(p["config_dir"], p["keep"], allow_running_jobs=p["allow_running_jobs"])
+        plan = fleet_plan(p["config_dir"], p["keep"], allow_running_jobs=p["allow_running_jobs"])
         out = plan.as_dict()
         if p["gpus"]:
-            facts = sgl_gpus.query(p["nvidia_smi"])
+            facts = query_gpus(p["nvidia_smi"])
             out["nvidia_smi_found"] = facts.nvidia_smi_found
-            out["not_free"] = sgl_resume.gpus_not_free(facts, plan.kept_gpus, p["max_used_mib"])
-    except (sgl_resume.ResumeError, sgl_gpus.GpuQueryError) as exc:
+            out["not_free"] = gpus_not_free(facts, plan.kept_gpus, p["max_used_mib"])
+    except (ResumeError, GpuQueryError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **out)
 

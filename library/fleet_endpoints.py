@@ -74,7 +74,7 @@ from ansible.module_utils.sglfleet_deps import SGLFLEET
 with SGLFLEET:
     from pydantic import ValidationError
 
-    from sglfleet.fleet import _endpoints as endpoints
+    from sglfleet.fleet import EndpointError, endpoints_from_ledgers
 
 
 def main():
@@ -89,12 +89,12 @@ def main():
     SGLFLEET.require(module)
     p = module.params
     try:
-        found = endpoints.from_ledgers(
+        found = endpoints_from_ledgers(
             p["ledgers"],
             {host: str(address) for host, address in p["addresses"].items()},
             ledger_path=p["ledger_path"],
         )
-    except endpoints.EndpointError as exc:
+    except EndpointError as exc:
         module.fail_json(msg=str(exc))
     except ValidationError as exc:
         module.fail_json(msg=f"ledgers: not the ledgers fleet_ledger state=read returns: {exc}")

@@ -145,7 +145,9 @@ from ansible.module_utils.common.yaml import HAS_YAML, yaml_load
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _ledger as sgl_ledger
+    from sglfleet.fleet import PHASES as LEDGER_PHASES
+    from sglfleet.fleet import STATUSES as LEDGER_STATUSES
+    from sglfleet.fleet import LedgerError, load_ledger, record_phase, remove_phase
 
 
 def _documented_choices(option):
@@ -153,11 +155,11 @@ def _documented_choices(option):
     return yaml_load(DOCUMENTATION)["options"][option]["choices"] if HAS_YAML else None
 
 
-# The package's own lists (the phases are the `Phase` Literal of sglfleet.fleet._ledger). Without the package
-# (ansible-test sanity, ansible-doc tooling) the documented ones, which tests/unit/test_module_docs.py keeps
-# equal to the package's.
-PHASES = list(sgl_ledger.PHASES) if SGLFLEET.ok else _documented_choices("phase")
-STATUSES = list(sgl_ledger.STATUSES) if SGLFLEET.ok else _documented_choices("status")
+# The package's own lists (the phases are the `Phase` Literal of sglfleet.fleet._ledger). Without the
+# package (ansible-test sanity, ansible-doc tooling) the documented ones, which
+# tests/unit/modules/test_module_docs.py keeps equal to the package's.
+PHASES = list(LEDGER_PHASES) if SGLFLEET.ok else _documented_choices("phase")
+STATUSES = list(LEDGER_STATUSES) if SGLFLEET.ok else _documented_choices("status")
 
 
 def _dump(model):
@@ -182,7 +184,7 @@ def main():
     exists = os.path.exists(path)
     try:
         if params["state"] == "read":
-            ledger = sgl_ledger.load_ledger(path)
+            ledger = load_ledger(path)
             module.exit_json(
                 changed=False,
                 path=path,
@@ -191,12 +193,12 @@ def main():
                 checklist=[row.model_dump(mode="json") for row in ledger.checklist()],
             )
         if params["state"] == "present":
-            result = sgl_ledger.record_phase(
+            result = record_phase(
                 path, params["phase"], params["status"], params["evidence"], check_mode=module.check_mode
             )
         else:
-            result = sgl_ledger.remove_phase(path, params["phase"], check_mode=module.check_mode)
-    except (sgl_ledger.LedgerError, ValueError) as exc:
+            result = remove_phase(path, params["phase"], check_mode=module.check_mode)
+    except (LedgerError, ValueError) as exc:
         module.fail_json(msg=str(exc), path=path)
 
     out = {

@@ -280,7 +280,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.gen import _unit as job
+    from sglfleet.gen import (
+        JobSpec,
+        decide_job,
+        job_journal_tail,
+        job_summary,
+        job_verdict,
+        observe_job,
+        start_job,
+        stop_job,
+        wait_job,
+    )
 
 
 def main() -> None:
@@ -320,7 +330,7 @@ def main() -> None:
     )
     SGLFLEET.require(module)
     p = module.params
-    spec = job.JobSpec(
+    spec = JobSpec(
         name=p["name"],
         input=Path(p["input"]),
         output=Path(p["output"]),
@@ -350,16 +360,16 @@ def main() -> None:
     if problems:
         module.fail_json(msg="; ".join(problems))
     try:
-        obs = job.observe(spec)
-        decision = job.decide(obs, p["state"], p["retry_failures"])
+        obs = observe_job(spec)
+        decision = decide_job(obs, p["state"], p["retry_failures"])
         if decision.action == "start" and not spec.endpoints:
             module.fail_json(msg=f"{decision.reason}, but no endpoints were given")
         if decision.action == "start" and not spec.input.is_file():
             module.fail_json(msg=f"input {spec.input} is not a file on the target")
         changed = decision.action != "none"
         if changed and not module.check_mode:
-            (job.start if decision.action == "start" else job.stop)(spec)
-            obs = job.observe(spec)
+            (start_job if decision.action == "start" else stop_job)(spec)
+            obs = observe_job(spec)
         waiting = p["wait"] and p["state"] == "started" and not module.check_mode
         progress: list[dict] = []
 
@@ -372,12 +382,12 @@ def main() -> None:
             )
 
         if waiting:
-            obs = job.wait(spec, p["wait_timeout"], p["poll_interval"], on_poll=on_poll)
+            obs = wait_job(spec, p["wait_timeout"], p["poll_interval"], on_poll=on_poll)
     except RuntimeError as exc:
         module.fail_json(msg=str(exc))
-    phase_done, exit_code = job.verdict(obs, spec.max_failures)
+    phase_done, exit_code = job_verdict(obs, spec.max_failures)
     result = {"changed": changed, "unit": spec.unit, "action": decision.action, "reason": decision.reason}
-    result.update(job.summary(obs))
+    result.update(job_summary(obs))
     result.update(phase_done=phase_done, exit_code=exit_code)
     if waiting:
         result["progress"] = progress
@@ -388,7 +398,7 @@ def main() -> None:
             why = (
                 f"{failed} permanent failures, more than max_failures={spec.max_failures}"
                 if result["status"] == "complete_with_failures"
-                else (result.get("message") or job.journal_tail(spec))
+                else (result.get("message") or job_journal_tail(spec))
             )
             module.fail_json(msg=f"the job ended {result['status']} (exit {exit_code}): {why}", **result)
     module.exit_json(**result)

@@ -143,7 +143,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _gpus as sgl_gpus
+    from sglfleet.fleet import GpuFacts, GpuQueryError, find_nvidia_smi, query_gpus
 
 
 def main():
@@ -161,14 +161,14 @@ def main():
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
     error = None
     try:
-        facts = sgl_gpus.query(params["nvidia_smi"], timeout=params["timeout"])
-    except sgl_gpus.GpuQueryError as exc:
+        facts = query_gpus(params["nvidia_smi"], timeout=params["timeout"])
+    except GpuQueryError as exc:
         if params["required"]:
             module.fail_json(msg=str(exc))
         module.warn(f"nvidia-smi answered with an error, reporting no GPUs: {exc}")
         error = str(exc)
-        facts = sgl_gpus.GpuFacts(
-            nvidia_smi_found=True, nvidia_smi_path=sgl_gpus.find_nvidia_smi(params["nvidia_smi"]), gpu_count=0
+        facts = GpuFacts(
+            nvidia_smi_found=True, nvidia_smi_path=find_nvidia_smi(params["nvidia_smi"]), gpu_count=0
         )
     result = facts.as_dict()
     if error is not None:

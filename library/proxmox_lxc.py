@@ -245,12 +245,20 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.pve._client import Credentials, CtLocked, PveApiError, TaskFailed, TaskTimeout
-    from sglfleet.pve._config import ContainerSpec, SpecError
-    from sglfleet.pve._lxc import STATES, run
+    from sglfleet.pve import (
+        STATES,
+        ContainerSpec,
+        Credentials,
+        CtLocked,
+        PveApiError,
+        SpecError,
+        TaskFailed,
+        TaskTimeout,
+        run,
+    )
 
 # The package's own list. Without the package (ansible-test sanity, ansible-doc tooling) the documented
-# one; tests/unit/test_module_docs.py keeps the two equal.
+# one; tests/unit/modules/test_module_docs.py keeps the two equal.
 STATE_CHOICES = list(STATES) if SGLFLEET.ok else ["present", "started", "stopped", "absent"]
 
 SPEC_KEYS = (

@@ -161,9 +161,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _backend as backend
-    from sglfleet.fleet import _gpus as gpus
-    from sglfleet.host import _systemd as systemd
+    from sglfleet.fleet import BackendError, GpuQueryError, decide_backend, observe_torch_cuda, query_gpus
+    from sglfleet.host import parse_env_file
 
 
 def main():
@@ -186,16 +185,16 @@ def main():
     gpu_count, found = 0, []
     if not p["compute_capability"]:
         try:
-            facts = gpus.query(p["nvidia_smi"])
-        except gpus.GpuQueryError as exc:
+            facts = query_gpus(p["nvidia_smi"])
+        except GpuQueryError as exc:
             module.warn(f"nvidia-smi answered with an error, deciding as for no GPU: {exc}")
         else:
             gpu_count, found = facts.gpu_count, [gpu.compute_cap for gpu in facts.gpus]
     runtime = None
     if not p["torch_cuda_version"] and p["venv"]:
-        runtime = backend.observe_torch_cuda(Path(p["venv"]))
+        runtime = observe_torch_cuda(Path(p["venv"]))
     try:
-        decision = backend.decide(
+        decision = decide_backend(
             capability=p["compute_capability"],
             gpu_capabilities=found,
             default_capability=p["default_compute_capability"],
@@ -205,7 +204,7 @@ def main():
             torch_index_url=p["torch_index_url"],
             toolchain_version=p["toolchain_version"],
         )
-    except backend.BackendError as exc:
+    except BackendError as exc:
         module.fail_json(
             msg=str(exc), gpu_count=gpu_count, compute_capabilities=sorted({c for c in found if c})
         )
@@ -214,7 +213,7 @@ def main():
         path = Path(p["env_file"])
         try:
             text = path.read_text()
-            result.update(env=systemd.parse_env_file(text).values, env_exists=True)
+            result.update(env=parse_env_file(text).values, env_exists=True)
         except FileNotFoundError:
             result.update(env={}, env_exists=False)
         except OSError as exc:

@@ -181,7 +181,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _health as sgl_health
+    from sglfleet.fleet import check_fleet, endpoints_from_range, endpoints_from_urls
 
 
 def main():
@@ -207,10 +207,10 @@ def main():
     p = module.params
     try:
         if p["urls"] is not None:
-            endpoints = sgl_health.endpoints_from_urls(p["urls"])
+            endpoints = endpoints_from_urls(p["urls"])
         else:
-            endpoints = sgl_health.endpoints_from_range(p["host"], p["port_base"], p["count"], p["gpu_ids"])
-        fleet = sgl_health.check_fleet(
+            endpoints = endpoints_from_range(p["host"], p["port_base"], p["count"], p["gpu_ids"])
+        fleet = check_fleet(
             endpoints,
             api_key=p["api_key"],
             expected_model=p["expected_model"],

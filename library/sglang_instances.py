@@ -267,10 +267,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _gpus as sgl_gpus
-    from sglfleet.fleet import _instances as sgl_instances
-    from sglfleet.fleet import _instances_observe as sgl_observe
-    from sglfleet.fleet import _instances_plan as sgl_plan
+    from sglfleet.fleet import FleetSpec, GpuInventory, GpuQueryError, query_gpus, write_env_files
+    from sglfleet.fleet import observe as observe_fleet
+    from sglfleet.fleet import plan as plan_fleet
+    from sglfleet.fleet import problems as fleet_problems
 
 _MASK = "********"
 # The module's words for "the sglang phase's decision" and "no flag" -> FleetSpec's "" and None.
@@ -280,7 +280,7 @@ _BACKEND_WORDS = {"recorded": "", "none": None}
 def _spec(module, params):
     gpu_ids = [tuple(item) if isinstance(item, list) else item for item in params["gpu_ids"]]
     try:
-        return sgl_instances.FleetSpec(
+        return FleetSpec(
             instances=params["instances"],
             gpu_ids=tuple(gpu_ids),
             instance_models=tuple(params["instance_models"]),
@@ -349,17 +349,17 @@ def main():
     facts = None
     if params["check_gpus"] or (params["instances"] is None and not params["gpu_ids"]):
         try:
-            facts = sgl_gpus.query(params["nvidia_smi"])
-        except sgl_gpus.GpuQueryError as exc:
+            facts = query_gpus(params["nvidia_smi"])
+        except GpuQueryError as exc:
             module.fail_json(msg=f"cannot count the GPUs: {exc}")
-    gpus = sgl_instances.GpuInventory(
+    gpus = GpuInventory(
         gpu_count=facts.gpu_count if facts else 0, nvidia_smi_found=facts.nvidia_smi_found if facts else False
     )
-    problems = sgl_instances.problems(spec, gpus)
+    problems = fleet_problems(spec, gpus)
     if problems:
         module.fail_json(msg=" ".join(problems), problems=problems)
-    observed = sgl_observe.observe(spec, gpus)
-    plan = sgl_plan.plan(spec, gpus, observed)
+    observed = observe_fleet(spec, gpus)
+    plan = plan_fleet(spec, gpus, observed)
     runtime = observed.runtime
     result = {
         "changed": False,
@@ -374,7 +374,7 @@ def main():
     }
     if params["state"] == "present":
         try:
-            changes = sgl_plan.write_env_files(
+            changes = write_env_files(
                 plan, Path(spec.config_dir), secret=bool(spec.api_key), check_mode=module.check_mode
             )
         except OSError as exc:

@@ -184,8 +184,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.doctor import _checks as sgl_checks
-    from sglfleet.doctor import _report as sgl_report
+    from sglfleet.doctor import DiskNeed, HostExpect, ModelSource, blockers, check_host
+    from sglfleet.doctor import render as render_rows
 
 HOST_OPTIONS = {
     "host": {"type": "str", "required": True},
@@ -221,17 +221,17 @@ PVE_OPTIONS = {
 
 def _expect(entry):
     model = entry["model"]
-    return sgl_checks.HostExpect(
+    return HostExpect(
         role=entry["role"],
         gpus_expected=entry["gpus_expected"],
         gpu_count=entry["gpu_count"],
         min_branch=entry["min_branch"],
         disks=[
-            sgl_checks.DiskNeed(str(d["path"]), float(d["need_gib"]), str(d.get("what") or d["path"]))
+            DiskNeed(str(d["path"]), float(d["need_gib"]), str(d.get("what") or d["path"]))
             for d in entry["disks"]
         ],
         ports=entry["ports"],
-        model=sgl_checks.ModelSource(
+        model=ModelSource(
             source=str(model.get("source") or "mount"),
             dir=str(model.get("dir") or ""),
             hf_repo=str(model.get("hf_repo") or ""),
@@ -244,8 +244,8 @@ def _expect(entry):
 
 
 def _pve_rows(entry):
-    from sglfleet.doctor import _pve as sgl_pve
-    from sglfleet.pve._client import Credentials
+    from sglfleet.doctor import ProvisionNeeds, check_pve
+    from sglfleet.pve import Credentials
 
     creds = Credentials(
         host=entry["api_host"],
@@ -257,7 +257,7 @@ def _pve_rows(entry):
         validate_certs=entry["validate_certs"],
         ca_cert=entry["ca_cert"],
     )
-    needs = sgl_pve.ProvisionNeeds(
+    needs = ProvisionNeeds(
         node=entry["node"],
         vmid=entry["vmid"],
         storage=entry["storage"],
@@ -265,7 +265,7 @@ def _pve_rows(entry):
         unprivileged=entry["unprivileged"],
         gpu_count=entry["gpu_count"],
     )
-    return sgl_pve.check_pve(entry["host"], creds, needs)
+    return check_pve(entry["host"], creds, needs)
 
 
 def main():
@@ -279,14 +279,14 @@ def main():
     SGLFLEET.require(module)
     rows = []
     for entry in module.params["hosts"]:
-        rows += sgl_checks.check_host(entry["host"], _expect(entry), entry["probe"], entry["unreachable"])
+        rows += check_host(entry["host"], _expect(entry), entry["probe"], entry["unreachable"])
     for entry in module.params["pve"]:
         rows += _pve_rows(entry)
     module.exit_json(
         changed=False,
         rows=[row.as_dict() for row in rows],
-        table=sgl_report.render(rows),
-        blockers=len(sgl_report.blockers(rows)),
+        table=render_rows(rows),
+        blockers=len(blockers(rows)),
     )
 
 

@@ -101,7 +101,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _resume as sgl_resume
+    from sglfleet.fleet import ResumeError, dataset_state, install_dataset
 
 
 def main():
@@ -119,10 +119,10 @@ def main():
     p = module.params
     try:
         if p["state"] == "observed":
-            state = sgl_resume.dataset_state(p["path"], p["sha256"])
+            state = dataset_state(p["path"], p["sha256"])
             module.exit_json(changed=False, **state.model_dump())
-        result = sgl_resume.install_dataset(p["staged"], p["path"], p["sha256"], check_mode=module.check_mode)
-    except (sgl_resume.ResumeError, OSError) as exc:
+        result = install_dataset(p["staged"], p["path"], p["sha256"], check_mode=module.check_mode)
+    except (ResumeError, OSError) as exc:
         module.fail_json(msg=str(exc), path=p["path"])
     out = {"changed": result.changed, "moved_aside": result.moved_aside, **result.state.model_dump()}
     if module._diff and result.changed:

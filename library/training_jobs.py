@@ -106,7 +106,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _training as sgl_training
+    from sglfleet.fleet import PatternError, discover, still_alive
 
 
 def main():
@@ -120,10 +120,10 @@ def main():
     )
     SGLFLEET.require(module)
     try:
-        job = sgl_training.discover(module.params["units"], module.params["patterns"])
-    except sgl_training.PatternError as exc:
+        job = discover(module.params["units"], module.params["patterns"])
+    except PatternError as exc:
         module.fail_json(msg=str(exc))
-    alive = sgl_training.still_alive(module.params["units"], module.params["pids"])
+    alive = still_alive(module.params["units"], module.params["pids"])
     module.exit_json(changed=False, alive=alive.as_dict(), **job.as_dict())
 
 

@@ -160,8 +160,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import _gpus as sgl_gpus
-    from sglfleet.fleet import _resume as sgl_resume
+    from sglfleet.fleet import GpuQueryError, ResumeError, launch_plan, look_training, query_gpus
 
 
 def main():
@@ -183,7 +182,7 @@ def main():
     SGLFLEET.require(module)
     p = module.params
     try:
-        plan = sgl_resume.launch_plan(
+        plan = launch_plan(
             units=p["units"],
             environment={k: str(v) for k, v in p["environment"].items()},
             command=p["command"],
@@ -195,9 +194,9 @@ def main():
         out = plan.as_dict()
         if p["state"] == "look":
             names = list(plan.units) if plan.mode == "unit" else [plan.transient_unit]
-            seen = sgl_resume.look(names, pattern=p["pattern"], gpu_facts=sgl_gpus.query(p["nvidia_smi"]))
+            seen = look_training(names, pattern=p["pattern"], gpu_facts=query_gpus(p["nvidia_smi"]))
             out.update(seen.model_dump(exclude={"units"}))
-    except (sgl_resume.ResumeError, sgl_gpus.GpuQueryError) as exc:
+    except (ResumeError, GpuQueryError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **out)
 

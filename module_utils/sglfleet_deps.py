@@ -5,7 +5,7 @@ sglfleet_runtime). Used as
     from ansible.module_utils.sglfleet_deps import SGLFLEET
 
     with SGLFLEET:
-        from sglfleet.fleet import _ledger as sgl_ledger
+        from sglfleet.fleet import load_ledger, record_phase
     ...
     module = AnsibleModule(...)
     SGLFLEET.require(module)

@@ -2,7 +2,7 @@
 
 Every code but 0, 2 and 3 leaves the work resumable by rerunning the same command (generate resumes
 where it stopped; mix and merge write nothing until they succeed). docs/exit-codes.md is the table a
-user reads; tests/unit/test_exit_codes.py pins each code.
+user reads; tests/unit/package/test_exit_codes.py pins each code.
 """
 
 from __future__ import annotations

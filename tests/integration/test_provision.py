@@ -14,7 +14,7 @@ import pytest
 import yaml
 from ansible_lab import CT_HOST, Container, parse, run_playbook
 
-from sglfleet.pve._client import Credentials, PveClient
+from sglfleet.pve import Credentials, PveClient
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"

@@ -126,9 +126,7 @@ def test_the_ledger_records_the_phase_and_status_shows_it(
 
 def test_one_job_through_the_router_exactly_once(routed: tuple[PlaybookRun, Path], tmp_path: Path) -> None:
     assert routed[0].rc == 0
-    from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-    from sglfleet.gen._formats import GenParams
-    from sglfleet.gen._progress import LogReporter
+    from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, run
 
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     ids = [f"r{i:04d}" for i in range(200)]

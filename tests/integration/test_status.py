@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from ansible_lab import MODULE_PYTHON, REPO, STANDIN_PYTHON, Ansible, Container, PlaybookRun
 
-from sglfleet.fleet._ledger import OPTIONAL_PHASES, PHASES
+from sglfleet.fleet import OPTIONAL_PHASES, PHASES
 
 # The checklist counts the phases every fleet goes through; an optional one (router) only once recorded.
 REQUIRED = len(PHASES) - len(OPTIONAL_PHASES)

@@ -50,8 +50,8 @@ def _ledger(ct: Container) -> dict:
 
 
 def _forget(ct: Container, *phases: str) -> None:
-    code = "from sglfleet.fleet import _ledger as lg\n"
-    code += f"for p in {list(phases)!r}: lg.remove_phase({LEDGER!r}, p)"
+    code = "from sglfleet.fleet import remove_phase\n"
+    code += f"for p in {list(phases)!r}: remove_phase({LEDGER!r}, p)"
     ct.run(f"{MODULE_PYTHON} -c {shlex.quote(code)}")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sglfleet.fleet import _health as health
+from sglfleet.fleet import HEALTH_TIMEOUT_S, Endpoint, endpoints_from_range, endpoints_from_urls
 
 API_KEY_ENV = "SGLFLEET_API_KEY"
 # Off a terminal (a pipe, a log, Ansible's register) no column is cut: the table is as wide as its content.
@@ -84,16 +84,16 @@ def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) 
     group.add_argument("--count", type=int, default=None, help=count_help)
     add_api_key_args(parser)
     parser.add_argument("--expected-model", help="fail instances that do not serve this model")
-    parser.add_argument("--timeout", type=float, default=health.DEFAULT_TIMEOUT_S, help="seconds per probe")
+    parser.add_argument("--timeout", type=float, default=HEALTH_TIMEOUT_S, help="seconds per probe")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def endpoints_from_args(args: argparse.Namespace, default_count: int | None = None) -> list[health.Endpoint]:
+def endpoints_from_args(args: argparse.Namespace, default_count: int | None = None) -> list[Endpoint]:
     if args.url and args.count is not None:
         raise ValueError("give either --url or --count, not both")
     if args.url:
-        return health.endpoints_from_urls(args.url)
+        return endpoints_from_urls(args.url)
     count = args.count if args.count is not None else default_count
     if not count:
         return []
-    return health.endpoints_from_range(args.host, args.port_base, count)
+    return endpoints_from_range(args.host, args.port_base, count)

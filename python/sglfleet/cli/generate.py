@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sglfleet.cli._common import API_KEY_ENV, add_api_key_args, api_key_from_args
-from sglfleet.gen._engine import ExitCode, GenerateConfig, run
-from sglfleet.gen._formats import GenParams
-from sglfleet.gen._progress import reporter_for
+from sglfleet.gen import ExitCode, GenerateConfig, GenParams, reporter_for, run
 
 EPILOG = f"""\
 exit codes (the scheme of mix, merge and generate: docs/exit-codes.md); the last line of a run that

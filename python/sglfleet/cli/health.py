@@ -14,8 +14,7 @@ from sglfleet.cli._common import (
     endpoints_from_args,
     table_console,
 )
-from sglfleet.fleet import _health as health
-from sglfleet.fleet._status import FleetStatus, instance_table, join_gpu_memory
+from sglfleet.fleet import HEALTH_INTERVAL_S, FleetStatus, check_fleet, instance_table, join_gpu_memory
 
 __all__ = ["API_KEY_ENV", "add_endpoint_args", "api_key_from_args", "endpoints_from_args", "register", "run"]
 
@@ -31,9 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--wait", type=float, default=0.0, help="keep probing up to this many seconds until healthy"
     )
-    parser.add_argument(
-        "--interval", type=float, default=health.DEFAULT_INTERVAL_S, help="seconds between probes"
-    )
+    parser.add_argument("--interval", type=float, default=HEALTH_INTERVAL_S, help="seconds between probes")
     parser.set_defaults(func=run)
 
 
@@ -42,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         endpoints = endpoints_from_args(args)
         if not endpoints:
             raise ValueError("say which instances to probe: --url URL ... or --count N")
-        fleet = health.check_fleet(
+        fleet = check_fleet(
             endpoints,
             api_key=api_key_from_args(args),
             expected_model=args.expected_model,

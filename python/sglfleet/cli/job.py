@@ -7,8 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sglfleet.gen._manifest import ManifestError
-from sglfleet.gen._watch import job_status
+from sglfleet.gen import ManifestError, job_status
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -14,11 +14,11 @@ from sglfleet.cli.mix import (
     outcome,
     unchanged_outcome,
 )
-from sglfleet.data._errors import DataError
-from sglfleet.data._inputs import input_record
-from sglfleet.data._merge import (
+from sglfleet.data import (
     DEFAULT_DROP_FINISH_REASONS,
     DEFAULT_MIN_COMPLETION_TOKENS,
+    DataError,
+    input_record,
     merge,
     prompts_of,
 )

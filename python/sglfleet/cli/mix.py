@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from sglfleet.data._errors import DataError
+from sglfleet.data import DataError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -93,7 +93,7 @@ def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cache_of(args: argparse.Namespace):  # -> CategoryCache (imported lazily with the data package)
-    from sglfleet.data._existing import CategoryCache, cache_dir
+    from sglfleet.data import CategoryCache, cache_dir
 
     return CategoryCache(None if args.no_cache else (args.cache_dir or cache_dir()))
 
@@ -102,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the mix extra (numpy, datasketch, pyarrow) is not on the fleet hosts, and every
     # other subcommand must start without it.
     try:
-        from sglfleet.data._inputs import input_record
-        from sglfleet.data._mix import build_mix
-        from sglfleet.data._mixconfig import load_config
+        from sglfleet.data import build_mix, input_record, load_config
     except ImportError as exc:
         print(
             f"sglfleet mix: error: {exc.name} is missing; install the mix extra: pip install 'sglfleet[mix]'",

@@ -8,9 +8,16 @@ import sys
 from pathlib import Path
 
 from sglfleet.cli._common import add_endpoint_args, api_key_from_args, endpoints_from_args, table_console
-from sglfleet.fleet import _gpus as gpus
-from sglfleet.fleet import _ledger as ledger
-from sglfleet.fleet._status import gather_status, layout_from_env_dir, parse_status_json, render
+from sglfleet.fleet import (
+    LEDGER_PATH,
+    GpuFacts,
+    LedgerError,
+    gather_status,
+    layout_from_env_dir,
+    parse_status_json,
+    query_gpus_tolerant,
+    render,
+)
 
 DEFAULT_ENV_DIR = Path("/etc/sglang")
 
@@ -24,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tokens/s, GPU memory used). Exit status 0, or 2 when the ledger or the arguments are bad.",
     )
     parser.add_argument(
-        "--ledger", type=Path, default=ledger.DEFAULT_PATH, help="the ledger file (default: %(default)s)"
+        "--ledger", type=Path, default=LEDGER_PATH, help="the ledger file (default: %(default)s)"
     )
     add_endpoint_args(parser, count_required=False)
     parser.add_argument(
@@ -80,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 gpu_sets=gpu_sets,
                 gpu_errors=gpu_errors,
             )
-    except (ValueError, OSError, ledger.LedgerError) as exc:
+    except (ValueError, OSError, LedgerError) as exc:
         print(f"sglfleet status: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -92,12 +99,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_facts(nvidia_smi: str, indices: list[int]) -> tuple[gpus.GpuFacts | None, list[str]]:
+def _gpu_facts(nvidia_smi: str, indices: list[int]) -> tuple[GpuFacts | None, list[str]]:
     """GPU facts for the memory columns: the GPUs that answer, and what nvidia-smi said about the others
     (an instance whose GPU is not listed is named in the table)."""
     if not nvidia_smi:
         return None, []
-    facts, errors = gpus.query_tolerant(nvidia_smi, indices)
+    facts, errors = query_gpus_tolerant(nvidia_smi, indices)
     for error in errors:
         print(f"sglfleet status: warning: nvidia-smi: {error}", file=sys.stderr)
     return facts, errors

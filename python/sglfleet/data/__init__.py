@@ -14,43 +14,26 @@ so that merging works on a host without it.
 
 from typing import TYPE_CHECKING
 
-from sglfleet._lazy import exports
-from sglfleet.data._categories import CATEGORIES, classify
-from sglfleet.data._errors import DataError
-from sglfleet.data._existing import CategoryCache, cache_dir
-from sglfleet.data._merge import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, merge
-from sglfleet.data._report import MergeReport, MixReport
+from sglfleet._lazy import attach
 
+# The public names, each written once: a name's submodule is imported when the name is first used
+# (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
-    from sglfleet.data._dedupe import LshPlan, plan_lsh
-    from sglfleet.data._mix import build_mix
-    from sglfleet.data._mixconfig import MixConfig, load_config
+    from sglfleet.data._adapters import Format, RowError, to_messages, user_text
+    from sglfleet.data._categories import CATEGORIES, classify
+    from sglfleet.data._dedupe import LshPlan, NearDeduper, plan_lsh
+    from sglfleet.data._errors import DataError
+    from sglfleet.data._existing import CategoryCache, cache_dir
+    from sglfleet.data._inputs import input_record
+    from sglfleet.data._merge import (
+        DEFAULT_DROP_FINISH_REASONS,
+        DEFAULT_MIN_COMPLETION_TOKENS,
+        merge,
+        prompts_of,
+    )
+    from sglfleet.data._mix import build_mix, custom_id
+    from sglfleet.data._mixconfig import MixConfig, load_config, parse_config
+    from sglfleet.data._report import MergeReport, MixReport
+    from sglfleet.data._sources import SourceType, read_rows
 
-_LAZY = {
-    "build_mix": "_mix",
-    "MixConfig": "_mixconfig",
-    "load_config": "_mixconfig",
-    "LshPlan": "_dedupe",
-    "plan_lsh": "_dedupe",
-}
-
-__all__ = [
-    "CATEGORIES",
-    "DEFAULT_DROP_FINISH_REASONS",
-    "DEFAULT_MIN_COMPLETION_TOKENS",
-    "CategoryCache",
-    "DataError",
-    "LshPlan",
-    "MergeReport",
-    "MixConfig",
-    "MixReport",
-    "build_mix",
-    "cache_dir",
-    "classify",
-    "load_config",
-    "merge",
-    "plan_lsh",
-]
-
-
-__getattr__ = exports(__name__, _LAZY)
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -47,13 +47,8 @@ class Dup(enum.StrEnum):
     NEAR_EXISTING = "near_existing"  # near-duplicate of a prompt in the existing training set
 
 
-def text_hash(text: str) -> int:
-    """64-bit hash of the normalised text (what makes two prompts exact duplicates)."""
-    return normalised_hash(normalise(text))
-
-
 def normalised_hash(normalised: str) -> int:
-    """`text_hash` of a text given already normalised (`normalise(text)`)."""
+    """64-bit hash of a normalised text (`normalise(text)`): what makes two prompts exact duplicates."""
     return int.from_bytes(hashlib.blake2b(normalised.encode(), digest_size=8).digest(), "big")
 
 

@@ -12,37 +12,13 @@
 
 from typing import TYPE_CHECKING
 
-from sglfleet._lazy import exports
+from sglfleet._lazy import attach
 
+# The public names, each written once: a name's submodule is imported when the name is first used
+# (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
     from sglfleet.doctor._checks import DiskNeed, HostExpect, ModelSource, check_host
-    from sglfleet.doctor._pve import ProvisionNeeds, check_pve
+    from sglfleet.doctor._pve import ProvisionNeeds, check_pve, missing_privileges
     from sglfleet.doctor._report import Row, Status, blockers, render
 
-_EXPORTS = {
-    "DiskNeed": "_checks",
-    "HostExpect": "_checks",
-    "ModelSource": "_checks",
-    "check_host": "_checks",
-    "ProvisionNeeds": "_pve",
-    "check_pve": "_pve",
-    "Row": "_report",
-    "Status": "_report",
-    "blockers": "_report",
-    "render": "_report",
-}
-
-__all__ = [
-    "DiskNeed",
-    "HostExpect",
-    "ModelSource",
-    "ProvisionNeeds",
-    "Row",
-    "Status",
-    "blockers",
-    "check_host",
-    "check_pve",
-    "render",
-]
-
-__getattr__ = exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

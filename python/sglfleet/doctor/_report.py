@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
 
 __all__ = ["Row", "Status", "blockers", "render"]
 
@@ -30,16 +29,6 @@ class Row:
 
     def as_dict(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Row:
-        return cls(
-            check=str(data["check"]),
-            host=str(data["host"]),
-            status=Status(str(data["status"])),
-            found=str(data.get("found", "")),
-            fix=str(data.get("fix", "")),
-        )
 
 
 HEADERS = ("check", "host", "status", "found", "fix")

@@ -11,12 +11,29 @@
 
 from typing import TYPE_CHECKING
 
-from sglfleet._lazy import exports
+from sglfleet._lazy import attach
 
+# The public names, each written once: a name's submodule is imported when the name is first used
+# (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
-    from sglfleet.fleet._backend import ATTENTION_BACKENDS
-    from sglfleet.fleet._gpus import ComputeProcess, Gpu, GpuFacts, GpuQueryError
+    from sglfleet.fleet._backend import ATTENTION_BACKENDS, BackendError, Decision, observe_torch_cuda
+    from sglfleet.fleet._backend import decide as decide_backend
+    from sglfleet.fleet._endpoints import EndpointError
+    from sglfleet.fleet._endpoints import from_ledgers as endpoints_from_ledgers
+    from sglfleet.fleet._gpus import (
+        ComputeProcess,
+        Gpu,
+        GpuFacts,
+        GpuQueryError,
+        combine,
+        find_nvidia_smi,
+        parse_compute_apps,
+        parse_gpus,
+    )
     from sglfleet.fleet._gpus import query as query_gpus
+    from sglfleet.fleet._gpus import query_tolerant as query_gpus_tolerant
+    from sglfleet.fleet._health import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
+    from sglfleet.fleet._health import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._health import (
         Endpoint,
         FleetHealth,
@@ -25,11 +42,15 @@ if TYPE_CHECKING:
         endpoint_from_url,
         endpoints_from_range,
         endpoints_from_urls,
+        parse_loads,
+        probe_fleet_async,
     )
-    from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec
+    from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec, problems
     from sglfleet.fleet._instances_observe import Observed, observe
     from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
+    from sglfleet.fleet._ledger import DEFAULT_PATH as LEDGER_PATH
     from sglfleet.fleet._ledger import (
+        OPTIONAL_PHASES,
         PHASES,
         STATUSES,
         Ledger,
@@ -39,86 +60,35 @@ if TYPE_CHECKING:
         record_phase,
         remove_phase,
     )
-    from sglfleet.fleet._status import FleetStatus, gather_status, render
-    from sglfleet.fleet._training import TrainingJob, TrainingProcess, TrainingUnit, discover
+    from sglfleet.fleet._resume import (
+        ResumeError,
+        dataset_state,
+        file_digest,
+        fleet_plan,
+        gpus_not_free,
+        install_dataset,
+        launch_plan,
+        loaded_rows,
+    )
+    from sglfleet.fleet._resume import look as look_training
+    from sglfleet.fleet._status import (
+        FleetStatus,
+        gather_status,
+        instance_table,
+        join_gpu_memory,
+        layout_from_env_dir,
+        parse_status_json,
+        render,
+    )
+    from sglfleet.fleet._training import (
+        PatternError,
+        TrainingJob,
+        TrainingProcess,
+        TrainingUnit,
+        compile_patterns,
+        discover,
+        matching_processes,
+        still_alive,
+    )
 
-# Each name's submodule is imported when the name is first used (sglfleet._lazy).
-_EXPORTS = {
-    "ComputeProcess": "_gpus",
-    "Gpu": "_gpus",
-    "GpuFacts": "_gpus",
-    "GpuQueryError": "_gpus",
-    "query_gpus": "_gpus:query",
-    "Endpoint": "_health",
-    "FleetHealth": "_health",
-    "InstanceHealth": "_health",
-    "check_fleet": "_health",
-    "endpoint_from_url": "_health",
-    "endpoints_from_range": "_health",
-    "endpoints_from_urls": "_health",
-    "ATTENTION_BACKENDS": "_backend",
-    "FleetSpec": "_instances",
-    "GpuInventory": "_instances",
-    "InstanceSpec": "_instances",
-    "Observed": "_instances_observe",
-    "Plan": "_instances_plan",
-    "observe": "_instances_observe",
-    "plan": "_instances_plan",
-    "write_env_files": "_instances_plan",
-    "PHASES": "_ledger",
-    "STATUSES": "_ledger",
-    "Ledger": "_ledger",
-    "LedgerError": "_ledger",
-    "PhaseRecord": "_ledger",
-    "load_ledger": "_ledger",
-    "record_phase": "_ledger",
-    "remove_phase": "_ledger",
-    "FleetStatus": "_status",
-    "gather_status": "_status",
-    "render": "_status",
-    "TrainingJob": "_training",
-    "TrainingProcess": "_training",
-    "TrainingUnit": "_training",
-    "discover": "_training",
-}
-
-__all__ = [
-    "ATTENTION_BACKENDS",
-    "PHASES",
-    "STATUSES",
-    "ComputeProcess",
-    "Endpoint",
-    "FleetHealth",
-    "FleetSpec",
-    "FleetStatus",
-    "Gpu",
-    "GpuFacts",
-    "GpuInventory",
-    "GpuQueryError",
-    "InstanceHealth",
-    "InstanceSpec",
-    "Ledger",
-    "LedgerError",
-    "Observed",
-    "PhaseRecord",
-    "Plan",
-    "TrainingJob",
-    "TrainingProcess",
-    "TrainingUnit",
-    "check_fleet",
-    "discover",
-    "endpoint_from_url",
-    "endpoints_from_range",
-    "endpoints_from_urls",
-    "gather_status",
-    "load_ledger",
-    "observe",
-    "plan",
-    "query_gpus",
-    "record_phase",
-    "remove_phase",
-    "render",
-    "write_env_files",
-]
-
-__getattr__ = exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

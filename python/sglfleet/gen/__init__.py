@@ -14,46 +14,27 @@
 
 from typing import TYPE_CHECKING
 
-from sglfleet._lazy import exports
+from sglfleet._lazy import attach
 
+# The public names, each written once: a name's submodule is imported when the name is first used
+# (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
     from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config, run
-    from sglfleet.gen._formats import GenParams, InputFormat
-    from sglfleet.gen._manifest import Manifest, ManifestError
-    from sglfleet.gen._progress import Reporter, reporter_for
+    from sglfleet.gen._formats import GenParams, InputFormat, iter_requests, scan_input
+    from sglfleet.gen._manifest import Manifest, ManifestError, manifest_path
+    from sglfleet.gen._manifest import load as load_manifest
+    from sglfleet.gen._progress import LogReporter, Reporter, RichReporter, reporter_for
+    from sglfleet.gen._store import OutputStore, StoreError, result_line
+    from sglfleet.gen._unit import JobSpec
+    from sglfleet.gen._unit import decide as decide_job
+    from sglfleet.gen._unit import journal_tail as job_journal_tail
+    from sglfleet.gen._unit import observe as observe_job
+    from sglfleet.gen._unit import start as start_job
+    from sglfleet.gen._unit import stop as stop_job
+    from sglfleet.gen._unit import summary as job_summary
+    from sglfleet.gen._unit import verdict as job_verdict
+    from sglfleet.gen._unit import wait as wait_job
+    from sglfleet.gen._unit import write_env as write_job_env
     from sglfleet.gen._watch import JobStatus, job_status
 
-# Each name's submodule is imported when the name is first used (sglfleet._lazy).
-_EXPORTS = {
-    "ExitCode": "_engine",
-    "GenerateConfig": "_engine",
-    "Outcome": "_engine",
-    "check_config": "_engine",
-    "run": "_engine",
-    "GenParams": "_formats",
-    "InputFormat": "_formats",
-    "Manifest": "_manifest",
-    "ManifestError": "_manifest",
-    "Reporter": "_progress",
-    "reporter_for": "_progress",
-    "JobStatus": "_watch",
-    "job_status": "_watch",
-}
-
-__all__ = [
-    "ExitCode",
-    "GenParams",
-    "GenerateConfig",
-    "InputFormat",
-    "JobStatus",
-    "Manifest",
-    "ManifestError",
-    "Outcome",
-    "Reporter",
-    "check_config",
-    "job_status",
-    "reporter_for",
-    "run",
-]
-
-__getattr__ = exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

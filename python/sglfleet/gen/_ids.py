@@ -80,9 +80,5 @@ class IdSet:
         i = bisect.bisect_left(self._digests, digest)
         return i < len(self._digests) and self._digests[i] == digest
 
-    def count_in(self, other: IdSet) -> int:
-        """How many of this (frozen) set's ids ``other`` (frozen) holds too."""
-        return sum(1 for d in self._digests if other.has_digest(d))
-
     def __len__(self) -> int:
         return len(self._digests)

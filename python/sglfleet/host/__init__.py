@@ -6,5 +6,17 @@
   alive, its ancestors, and who listens on a TCP port.
 
 The fleet's modules (`sglfleet.fleet._instances*`, `_training`, `_resume`, `_status`) and the generation
-job's unit (`sglfleet.gen._job`) use these; nothing here decides anything.
+job's unit (`sglfleet.gen._unit`) use these; nothing here decides anything.
 """
+
+from typing import TYPE_CHECKING
+
+from sglfleet._lazy import attach
+
+# The public names, each written once: a name's submodule is imported when the name is first used
+# (sglfleet._lazy reads this block; type checkers and readers see plain imports).
+if TYPE_CHECKING:
+    from sglfleet.host._procfs import alive as process_alive
+    from sglfleet.host._systemd import EnvFile, parse_env_file, read_env_file
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

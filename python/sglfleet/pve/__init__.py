@@ -10,36 +10,21 @@
 
 from typing import TYPE_CHECKING
 
-from sglfleet._lazy import exports
+from sglfleet._lazy import attach
 
+# The public names, each written once: a name's submodule is imported when the name is first used
+# (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
-    from sglfleet.pve._client import CtLocked, PveApiError, PveClient, TaskFailed
-    from sglfleet.pve._config import ContainerSpec, SpecError
-    from sglfleet.pve._lxc import EnsureResult, check_node_devices, ensure
+    from sglfleet.pve._client import (
+        Credentials,
+        CtLocked,
+        PveApiError,
+        PveClient,
+        TaskFailed,
+        TaskTimeout,
+        task_succeeded,
+    )
+    from sglfleet.pve._config import ContainerSpec, Plan, SpecError, parse_mib, plan_update, split_props
+    from sglfleet.pve._lxc import STATES, EnsureResult, check_node_devices, ensure, run
 
-# Each name's submodule is imported when the name is first used (sglfleet._lazy).
-_EXPORTS = {
-    "CtLocked": "_client",
-    "PveApiError": "_client",
-    "PveClient": "_client",
-    "TaskFailed": "_client",
-    "ContainerSpec": "_config",
-    "SpecError": "_config",
-    "EnsureResult": "_lxc",
-    "check_node_devices": "_lxc",
-    "ensure": "_lxc",
-}
-
-__all__ = [
-    "ContainerSpec",
-    "CtLocked",
-    "EnsureResult",
-    "PveApiError",
-    "PveClient",
-    "SpecError",
-    "TaskFailed",
-    "check_node_devices",
-    "ensure",
-]
-
-__getattr__ = exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -1,0 +1,1 @@
+"""Helpers shared by every test tier; pytest.ini puts tests/ on sys.path."""

@@ -1,0 +1,122 @@
+"""A stand-in SGLang API with a fixed latency per request, on N ports in one process.
+
+    python tests/support/latency_server.py COUNT LATENCY_S [MODE]
+
+Listens on COUNT free ports of 127.0.0.1, prints them as one JSON line, then serves
+/health_generate, /model_info, /v1/models and /v1/loads (SGLang 0.5.12 shapes), each answer
+after LATENCY_S seconds. Used to show that probing N instances costs about one round trip.
+
+It also answers /v1/chat/completions. MODE says how it treats the first attempt at each distinct
+body (later attempts get a completion): ``ok`` (default) answers it; ``error_object`` answers 200
+with ``{"object": "error", ...}`` (what an OpenAI-compatible server sends from some error paths);
+``retry_after`` answers 429 with ``Retry-After: 1``; ``empty_choice`` answers 200 with
+``{"choices": [{}]}``. ``GET /attempts`` lists (monotonic time,
+body digest) of every completion request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+import time
+
+from aiohttp import web
+
+
+def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Application:
+    attempts: list[tuple[float, str]] = []
+    bodies: list[object] = []
+    seen: set[str] = set()
+
+    async def slow(payload):
+        await asyncio.sleep(latency)
+        return web.Response(status=200) if payload is None else web.json_response(payload)
+
+    async def health(_r):
+        return await slow(None)
+
+    async def model_info(_r):
+        return await slow(
+            {"model_path": "/models/latency", "tokenizer_path": "/models/latency", "is_generation": True}
+        )
+
+    async def models(_r):
+        return await slow({"object": "list", "data": [{"id": "latency-model", "object": "model"}]})
+
+    async def loads(_r):
+        load = {"dp_rank": 0, "num_running_reqs": port_index, "num_waiting_reqs": 0, "token_usage": 0.5,
+                "gen_throughput": 100.0}  # fmt: skip
+        return await slow({"loads": [load], "dp_rank_count": 1})
+
+    async def chat(request):
+        raw = await request.read()
+        key = hashlib.sha256(raw).hexdigest()[:16]
+        attempts.append((time.monotonic(), key))
+        await asyncio.sleep(latency)
+        first = key not in seen
+        seen.add(key)
+        if first and mode == "error_object":
+            return web.json_response(
+                {"object": "error", "message": "injected error object", "type": "BadRequest", "code": 400}
+            )
+        if first and mode == "empty_choice":  # what a proxy in front of SGLang may pass on
+            return web.json_response({"id": "chatcmpl-" + key, "object": "chat.completion", "choices": [{}]})
+        if first and mode == "retry_after":
+            return web.json_response({"message": "slow down"}, status=429, headers={"Retry-After": "1"})
+        body = json.loads(raw)
+        bodies.append(body)
+        text = "answer to " + str(body["messages"][-1]["content"])
+        return web.json_response(
+            {
+                "id": "chatcmpl-" + key,
+                "object": "chat.completion",
+                "model": "latency-model",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "reasoning_content": "thought " + key,
+                        },
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25},
+            }
+        )
+
+    async def list_attempts(_r):
+        return web.json_response(attempts)
+
+    async def list_bodies(_r):
+        return web.json_response(bodies)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/attempts", list_attempts)
+    app.router.add_get("/bodies", list_bodies)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
+    app.router.add_get("/model_info", model_info)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/loads", loads)
+    return app
+
+
+async def main(count: int, latency: float, mode: str = "ok") -> None:
+    ports = []
+    for i in range(count):
+        runner = web.AppRunner(make_app(latency, i, mode), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.append(site._server.sockets[0].getsockname()[1])
+    print(json.dumps(ports), flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), float(sys.argv[2]), *sys.argv[3:4]))

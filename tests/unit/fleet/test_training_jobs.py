@@ -1,0 +1,113 @@
+"""Training-job discovery (sglfleet.fleet._training) and the module training_jobs, on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.polling import wait_until
+
+from sglfleet.fleet import (
+    PatternError,
+    compile_patterns,
+    discover,
+    matching_processes,
+    still_alive,
+)
+from sglfleet.host import process_alive
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def job() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A stand-in training process whose command line carries a unique marker."""
+    marker = f"train-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--run={marker}"])
+    try:
+        deadline = time.monotonic() + 10
+        # Popen returns before the child has exec'd: wait until its command line is the new one.
+        while marker not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
+            assert time.monotonic() < deadline, "the stand-in training process never started"
+            time.sleep(0.02)
+        yield proc, marker
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_finds_the_matching_process_but_not_itself(job: tuple[subprocess.Popen[bytes], str]) -> None:
+    proc, marker = job
+    found = matching_processes([f"time[.]sleep.*run={marker}", marker])
+    assert [(p.pid, p.pattern) for p in found] == [(proc.pid, f"time[.]sleep.*run={marker}")]
+    assert found[0].cmdline.endswith(f"--run={marker}")
+    # The caller (whose own command line does not match) and its ancestors are never listed.
+    assert matching_processes(["pytest|python"], self_pid=None)  # something else matches
+    assert all(p.pid != proc.pid for p in matching_processes(["x"], self_pid=proc.pid))
+
+
+def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None:
+    for pid, cgroup in (
+        (10, "0::/system.slice/train.service\n"),
+        (11, "0::/user.slice/user-0.slice/session-3.scope\n"),
+    ):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / f"{pid}/cmdline").write_bytes(b"python\0train.py\0")
+        (tmp_path / f"{pid}/cgroup").write_text(cgroup)
+        (tmp_path / f"{pid}/stat").write_text(f"{pid} (python) S 1 ...")
+    show = "Id=train.service\nLoadState=loaded\nActiveState=active\nMainPID=10\nUnitFileState=enabled\n\n"
+    show += "Id=gone.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\nUnitFileState=\n"
+    job = discover(["train", "gone.service"], ["train[.]py"], systemctl=lambda argv: show, proc=tmp_path)
+    out = job.as_dict()
+    assert [u["Id"] for u in out["running_units"]] == ["train.service"]
+    assert [p["pid"] for p in out["processes"]] == [11]
+    assert out["loaded_units"] == ["train"]
+    assert out["targets"] == ["unit train.service", "process 11"]
+
+
+def test_a_bad_pattern_is_named() -> None:
+    with pytest.raises(PatternError, match=r"process pattern \[1\] 'a\(' is not a regular expression"):
+        compile_patterns(["ok", "a("])
+
+
+def test_module_finds_the_job_and_changes_nothing(
+    job: tuple[subprocess.Popen[bytes], str], tmp_path: Path
+) -> None:
+    proc, marker = job
+    result = run_module("training_jobs", {"patterns": [f"run={marker}"]}, tmp_path, check=True)
+    assert result["changed"] is False
+    assert result["targets"] == [f"process {proc.pid}"]
+    assert result["alive"] == {"units": [], "pids": []}
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    look = run_module("training_jobs", {"pids": [proc.pid, gone.pid]}, tmp_path)
+    assert look["alive"] == {"units": [], "pids": [proc.pid]}  # structured: no string to split again
+    bad = run_module("training_jobs", {"patterns": ["("]}, tmp_path)
+    assert bad["failed"] and "not a regular expression" in bad["msg"]
+
+
+def test_module_documentation_renders() -> None:
+    doc = module_doc("training_jobs")
+    assert_examples_use_documented_options("training_jobs", doc)
+
+
+def test_still_alive_names_running_units_and_live_processes(job: tuple[subprocess.Popen[bytes], str]) -> None:
+    proc, _ = job
+    show = "Id=train.service\nLoadState=loaded\nActiveState=deactivating\nMainPID=10\nUnitFileState=enabled\n"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = still_alive(["train.service"], [proc.pid, gone.pid], systemctl=lambda argv: show)
+    assert [(u.Id, u.ActiveState) for u in alive.units] == [("train.service", "deactivating")]
+    assert alive.pids == (proc.pid,)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        # exited but not reaped: a zombie, which is not alive
+        wait_until(lambda: not process_alive(zombie.pid), timeout=5, what="the exited child not alive")
+    finally:
+        zombie.wait()

@@ -1,0 +1,127 @@
+"""`sglfleet generate` as a process: kill -9 at random moments, SIGINT/SIGTERM, then resume."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.generate import assert_exactly_once, fleet, write_conversations
+
+from sglfleet.gen import load_manifest as load
+from sglfleet.gen import manifest_path
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _start(inp: Path, out: Path, urls: list[str], *extra: str) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "sglfleet",
+        "generate",
+        "-i",
+        str(inp),
+        "-o",
+        str(out),
+        "--max-tokens",
+        "32",
+    ]
+    for url in urls:
+        argv += ["-e", url]
+    return subprocess.Popen(
+        [*argv, "--backoff-base", "0.05", "--log-interval", "0.5", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while _lines(path) < n:
+        assert proc.poll() is None, proc.communicate()[0].decode()
+        assert time.monotonic() < deadline, f"{path} did not reach {n} lines"
+        time.sleep(0.01)
+
+
+def test_kill_9_at_random_moments_then_resume_gives_exactly_one_result_per_id(tmp_path: Path) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ids = write_conversations(inp, 4000)
+    rng = random.Random(os.environ.get("SGLFLEET_TEST_SEED", "kill9"))
+    kills = torn = 0
+    with fleet({"standin_ttft": 0.01}, {"standin_ttft": 0.01}) as servers:
+        urls = [s.base_url for s in servers]
+        while kills < 6:
+            before = _lines(out)
+            proc = _start(inp, out, urls, "--concurrency", "4")
+            _wait_for_lines(out, before + 1, proc)  # it is running and writing
+            time.sleep(rng.uniform(0.0, 0.4))
+            assert proc.poll() is None, "the job finished before it could be killed: make it longer"
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait() == -signal.SIGKILL
+            kills += 1
+            torn += not out.read_bytes().endswith(b"\n")
+            assert _lines(out) > before, "each run made progress"
+        proc = _start(inp, out, urls, "--concurrency", "16")
+        output = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0, output
+    assert kills >= 5
+    assert_exactly_once(out, ids)
+    m = load(manifest_path(out))
+    assert m is not None and m.status == "complete" and m.timings.runs == kills + 1
+    assert m.counts.done == len(ids) and 0 < m.counts.sent_this_run < len(ids)
+    print(f"{kills} kills, {torn} left a torn last line")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_sending_lets_in_flight_finish_and_exits_130(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ids = write_conversations(inp, 400)
+    with fleet({"standin_ttft": 0.2}) as servers:
+        urls = [servers[0].base_url]
+        proc = _start(inp, out, urls, "--concurrency", "4", "--grace", "10")
+        _wait_for_lines(out, 4, proc)
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=15)[0].decode()
+        assert proc.returncode == 130, output
+        assert "interrupted" in output
+        written = _lines(out)
+        m = load(manifest_path(out))
+        assert m is not None and m.status == "interrupted" and m.counts.done == written
+        assert written < len(ids) and m.counts.failed == 0, "in-flight requests finished, none failed"
+        proc = _start(inp, out, urls, "--concurrency", "64")
+        output = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 0, output
+    assert_exactly_once(out, ids)
+
+
+def test_grace_period_ends_hung_requests(tmp_path: Path) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_conversations(inp, 50)
+    with fleet({"standin_hang_rate": 1.0}) as servers:
+        proc = _start(inp, out, [servers[0].base_url], "--grace", "0.5", "--concurrency", "2")
+        deadline = time.monotonic() + 20
+        while load(manifest_path(out)) is None:  # sending has begun once the manifest is written
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=10)[0].decode()
+    assert proc.returncode == 130, output
+    assert time.monotonic() - t0 < 5
+    m = load(manifest_path(out))
+    assert m is not None and m.status == "interrupted" and m.counts.remaining == 50
