@@ -58,7 +58,7 @@ def needs_record(args: argparse.Namespace) -> bool:
 
 def unchanged_outcome(args: argparse.Namespace, record: dict[str, Any]) -> int | None:
     """The exit status when there is nothing to build (or --check predicts), None to go on building."""
-    from sglfleet.data._inputs import unchanged
+    from sglfleet.data import inputs_unchanged as unchanged
 
     if (args.skip_unchanged or args.check) and unchanged(record, args.output, args.report):
         report = args.report.with_suffix(".json")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sglfleet.data._errors import DataError
     from sglfleet.data._existing import CategoryCache, cache_dir
     from sglfleet.data._inputs import input_record
+    from sglfleet.data._inputs import unchanged as inputs_unchanged
     from sglfleet.data._merge import (
         DEFAULT_DROP_FINISH_REASONS,
         DEFAULT_MIN_COMPLETION_TOKENS,

@@ -20,8 +20,21 @@ EXCEPTIONS = {
     "tests/unit/data/test_merge_cache.py": {"sglfleet.data._merge"},  # chunking and the block copy
     "tests/unit/gen/test_store.py": {"sglfleet.gen._ids", "sglfleet.gen._store"},  # the id set, the line scan
     "tests/unit/gen/test_generate_prefix.py": {"sglfleet.gen._affinity", "sglfleet.gen._dispatch"},
-    "tests/unit/gen/test_generation_job.py": {"sglfleet.gen._job"},  # the unit's observation and decision
-    "tests/unit/fleet/test_instances.py": {"sglfleet.fleet._instances"},  # the layout's steps
+    "tests/unit/gen/test_generation_job.py": {"sglfleet.gen._unit"},  # the unit's observation and decision
+    "tests/unit/fleet/test_instances.py": {  # the layout's steps, the observation and the plan
+        "sglfleet.fleet._backend",
+        "sglfleet.fleet._instances",
+        "sglfleet.fleet._instances_observe",
+        "sglfleet.fleet._instances_plan",
+    },
+    "tests/unit/fleet/test_backend.py": {"sglfleet.fleet._backend"},  # the table's steps: capability, refusal
+    "tests/unit/data/test_mix_stages.py": {  # each stage of the mix pipeline on its own
+        "sglfleet.data._mix",
+        "sglfleet.data._mixconfig",
+        "sglfleet.data._report",
+    },
+    "tests/unit/host/test_procfs.py": {"sglfleet.host._procfs"},  # the /proc readers on their own
+    "tests/unit/host/test_systemd.py": {"sglfleet.host._systemd"},  # the EnvironmentFile= parser's states
     "tests/unit/doctor/test_doctor.py": {"sglfleet.doctor._probe"},  # the probe is a script run by path
 }
 

@@ -9,12 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from sglfleet.cli import main
 
 pytestmark = pytest.mark.timeout(120)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from support.paths import REPO
 
-from sglfleet.fleet import _ledger as ledger
+from sglfleet.fleet import PHASES, STATUSES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 PLAYBOOKS = ROOT / "playbooks"
 
 
@@ -37,7 +38,7 @@ def phase_tags_in_site_order() -> list[str]:
 
 
 def test_site_runs_the_phases_in_the_ledgers_order() -> None:
-    assert phase_tags_in_site_order() == [*ledger.PHASES, "status"]
+    assert phase_tags_in_site_order() == [*PHASES, "status"]
 
 
 def test_without_the_package_fleet_ledger_offers_the_same_phases() -> None:
@@ -52,8 +53,8 @@ def test_without_the_package_fleet_ledger_offers_the_same_phases() -> None:
     argv = [sys.executable, "-c", probe]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
     phases, statuses = json.loads(done.stdout)
-    assert phases == list(ledger.PHASES)
-    assert statuses == list(ledger.STATUSES)
+    assert phases == list(PHASES)
+    assert statuses == list(STATUSES)
 
 
 def test_the_readmes_phase_table_is_in_the_ledgers_order() -> None:
@@ -61,4 +62,4 @@ def test_the_readmes_phase_table_is_in_the_ledgers_order() -> None:
     table = readme[readme.index("| phase | what is true") :].split("\n\n", 1)[0]
     # "router (optional, ...)" is phase router
     phases = [row.split("|")[1].split()[0].strip("`") for row in table.splitlines()[2:]]
-    assert phases == list(ledger.PHASES)
+    assert phases == list(PHASES)

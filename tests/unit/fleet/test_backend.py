@@ -9,11 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
+from support.paths import FIXTURES
 
 from sglfleet.fleet import _backend as backend
 
-DATA = Path(__file__).parent / "data" / "nvidia_smi"
+DATA = FIXTURES / "nvidia_smi"
 TOOLCHAIN = "13.2.2"
 
 

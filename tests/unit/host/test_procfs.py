@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from polling import wait_until
+from support.polling import wait_until
 
 from sglfleet.host import _procfs as procfs
 
