@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
+from support.ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -58,9 +58,9 @@ def _wait_healthy(port: int, timeout: float = 60) -> None:
 
 @pytest.fixture(scope="module")
 def served(
-    prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
+    fleet_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    prepared_ct.run(RESET)
+    fleet_ct.run(RESET)
     extra = tmp_path_factory.mktemp("api_key") / "vars.json"
     extra.write_text(
         json.dumps(
@@ -72,10 +72,10 @@ def served(
         )
     )
     # Where the journal stands now: the tests read what this fleet wrote, from here on.
-    since = prepared_ct.out("date +%s")
+    since = fleet_ct.out("date +%s")
     run = ansible.playbook("playbooks/serve.yml", "-e", f"@{extra}")
     yield Served(run, f"journalctl --no-pager --output=cat --since=@{since}")
-    prepared_ct.run(RESET)
+    fleet_ct.run(RESET)
 
 
 def test_serve_converges_without_printing_the_key(served: Served) -> None:
@@ -83,24 +83,24 @@ def test_serve_converges_without_printing_the_key(served: Served) -> None:
     assert API_KEY not in served.run.output
 
 
-def test_no_process_has_the_key_on_its_command_line(served: Served, prepared_ct: Container) -> None:
+def test_no_process_has_the_key_on_its_command_line(served: Served, fleet_ct: Container) -> None:
     assert served.run.rc == 0
-    assert _grep_key(prepared_ct, "/proc/[0-9]*/cmdline") == ""
+    assert _grep_key(fleet_ct, "/proc/[0-9]*/cmdline") == ""
     for i in range(INSTANCES):
-        pid = _props(prepared_ct, i, "MainPID")["MainPID"]
-        cmdline = prepared_ct.out(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+        pid = _props(fleet_ct, i, "MainPID")["MainPID"]
+        cmdline = fleet_ct.out(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
         assert " -m sglfleet.launch sglfleet_testing.standin " in cmdline, cmdline
         assert "--api-key" not in cmdline
 
 
-def test_the_journal_has_no_line_with_the_key(served: Served, prepared_ct: Container) -> None:
+def test_the_journal_has_no_line_with_the_key(served: Served, fleet_ct: Container) -> None:
     assert served.run.rc == 0
     journal = served.journal
-    assert int(prepared_ct.out(f"{journal} | wc -l")) > 0
-    found = prepared_ct.run(f"{journal} | grep -c -F -f -", stdin=API_KEY + "\n", check=False)
+    assert int(fleet_ct.out(f"{journal} | wc -l")) > 0
+    found = fleet_ct.run(f"{journal} | grep -c -F -f -", stdin=API_KEY + "\n", check=False)
     assert found.stdout.strip() == "0"
     # The stand-in logs its arguments as SGLang does (engine.py:773); the launcher redacted the key.
-    server_args = prepared_ct.out(f"{journal} --unit=sglang@0.service | grep server_args=")
+    server_args = fleet_ct.out(f"{journal} --unit=sglang@0.service | grep server_args=")
     assert "api_key='<redacted>'" in server_args
 
 
@@ -116,37 +116,37 @@ def test_the_servers_require_the_key(served: Served) -> None:
         assert httpx.get(f"{url}/health").status_code == 200  # /health* need none
 
 
-def test_the_key_is_only_in_the_0600_environment_files(served: Served, prepared_ct: Container) -> None:
+def test_the_key_is_only_in_the_0600_environment_files(served: Served, fleet_ct: Container) -> None:
     assert served.run.rc == 0
-    holders = sorted(_grep_key(prepared_ct, "/etc/sglang/* /etc/systemd/system/sglang@.service").split())
+    holders = sorted(_grep_key(fleet_ct, "/etc/sglang/* /etc/systemd/system/sglang@.service").split())
     assert holders == [f"/etc/sglang/instance-{i}.env" for i in range(INSTANCES)]
     for path in holders:
-        assert prepared_ct.out(f"stat -c '%a %U' {path}") == "600 root"
-        args = prepared_ct.out(f"grep '^SGLANG_ARGS=' {path}")
+        assert fleet_ct.out(f"stat -c '%a %U' {path}") == "600 root"
+        args = fleet_ct.out(f"grep '^SGLANG_ARGS=' {path}")
         assert "--api-key" not in args
 
 
-def test_a_normal_stop_and_restart_are_no_failure(served: Served, prepared_ct: Container) -> None:
+def test_a_normal_stop_and_restart_are_no_failure(served: Served, fleet_ct: Container) -> None:
     assert served.run.rc == 0
-    before = _props(prepared_ct, 1, "NRestarts")["NRestarts"]
-    prepared_ct.run("systemctl stop sglang@1.service", timeout=60)
-    stopped = _props(prepared_ct, 1, "ActiveState", "Result", "ExecMainStatus", "ExecMainCode")
+    before = _props(fleet_ct, 1, "NRestarts")["NRestarts"]
+    fleet_ct.run("systemctl stop sglang@1.service", timeout=60)
+    stopped = _props(fleet_ct, 1, "ActiveState", "Result", "ExecMainStatus", "ExecMainCode")
     assert stopped == {
         "ActiveState": "inactive",
         "Result": "success",
         "ExecMainStatus": "0",
         "ExecMainCode": "1",
     }
-    prepared_ct.run("systemctl start sglang@1.service")
+    fleet_ct.run("systemctl start sglang@1.service")
     _wait_healthy(PORT_BASE + 1)
-    prepared_ct.run("systemctl restart sglang@0.service", timeout=60)
+    fleet_ct.run("systemctl restart sglang@0.service", timeout=60)
     _wait_healthy(PORT_BASE)
     for i in range(INSTANCES):
-        assert _props(prepared_ct, i, "ActiveState", "Result") == {
+        assert _props(fleet_ct, i, "ActiveState", "Result") == {
             "ActiveState": "active",
             "Result": "success",
         }
-    assert _props(prepared_ct, 1, "NRestarts")["NRestarts"] == before  # systemd restarted nothing itself
-    journal = prepared_ct.out("journalctl --no-pager --output=cat --unit=sglang@1.service")
+    assert _props(fleet_ct, 1, "NRestarts")["NRestarts"] == before  # systemd restarted nothing itself
+    journal = fleet_ct.out("journalctl --no-pager --output=cat --unit=sglang@1.service")
     assert "Draining requests and shutting down" in journal
     assert "Failed with result" not in journal

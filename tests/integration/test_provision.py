@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_lab import CT_HOST, Container, parse, run_playbook
+from support.ansible_lab import CT_HOST, Container, parse, run_playbook
 
 from sglfleet.pve._client import Credentials, PveClient
 

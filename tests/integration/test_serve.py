@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ansible_lab import FAKE_NVIDIA_SMI, MODULE_PYTHON, Ansible, Container, PlaybookRun
+from support.ansible_lab import FAKE_NVIDIA_SMI, MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -80,24 +80,22 @@ def wait_healthy(port: int, timeout: float = 30) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Fleet]:
-    prepared_ct.run(RESET)
+def fleet(fleet_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    fleet_ct.run(RESET)
     fleet = Fleet(
-        prepared_ct,
+        fleet_ct,
         ansible,
         tmp_path_factory.mktemp("serve"),
         vars={"ansible_python_interpreter": MODULE_PYTHON, "sglang_fleet_api_key": API_KEY},
     )
     fleet.fresh_check = fleet.serve("--check")
     units = "/etc/systemd/system"
-    fleet.fresh_left = prepared_ct.run(
+    fleet.fresh_left = fleet_ct.run(
         f"ls -d /etc/sglang {units}/sglang@.service {units}/multi-user.target.wants/sglang@*", check=False
     ).stdout
     fleet.first = fleet.serve()
     yield fleet
-    prepared_ct.run(RESET)
+    fleet_ct.run(RESET)
 
 
 def test_serve_brings_up_eight_healthy_instances(fleet: Fleet) -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_lab import ROOT, PlaybookRun, Target
+from support.ansible_lab import ROOT, PlaybookRun, Target
 
 pytestmark = [pytest.mark.timeout(1800)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from ansible_lab import PlaybookRun, Target
+from support.ansible_lab import PlaybookRun, Target
 
 pytestmark = [pytest.mark.timeout(1800)]
 
