@@ -129,8 +129,7 @@ def test_host_phase_loads_makes_nodes_and_survives_a_reboot(ct: Container) -> No
     first = ct.playbook("playbooks/host.yml")
     assert first.rc == 0, first.explain()
     assert node_numbers() == the_ten_nodes()
-    assert recap(ct.playbook("playbooks/host.yml"), NODE)["changed"] == 0
-    assert recap(ct.playbook("playbooks/host.yml", "--check"), NODE)["changed"] == 0
+    # (its re-run at changed=0 and check mode changing nothing: test_site's second and --check --diff runs)
     # a boot: nothing loaded, /dev fresh; the unit ordered before pve-guests.service makes the nodes by the
     # real nvidia-modprobe, and nvidia-persistenced starts after it
     reboot_node(SETTINGS, LxcHost(SETTINGS))
@@ -175,7 +174,8 @@ def test_verify_checks_each_node_against_proc_devices(ct: Container) -> None:
     run = ct.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
     assert run.rc != 0
     assert "/dev/nvidia-uvm 511:0 (found 510:0)" in flat(run), run.explain()
-    assert ct.playbook("playbooks/host.yml").rc == 0
+    # The role's repair of a wrong node is test_the_old_per_gpu_uvm_loop_...'s: put the right one back.
+    on_node("rm -f /dev/nvidia-uvm && mknod -m 666 /dev/nvidia-uvm c 511 0")
     assert node_numbers() == the_ten_nodes()
 
 
