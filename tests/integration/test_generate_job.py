@@ -94,13 +94,8 @@ def test_generate_playbook_runs_the_job_once_and_is_idempotent(fleet_ct: Contain
         assert first["job"]["changed"] is True and first["job"]["status"] == "complete"
         assert first["job"]["counts"]["done"] == 300 and first["job"]["unit"] == "sglfleet-gen-itest.service"
         _exactly_once(fleet_ct, "/srv/gen/out.jsonl", 300)
-
-        second = _playbook(inv, REPO / "playbooks/generate.yml", *extra)
-        assert second["rc"] == 0 and second["stats"]["changed"] == 0, second
-        assert second["job"]["status"] == "complete" and second["job"]["reason"] == "the job is complete"
-
-        checked = _playbook(inv, REPO / "playbooks/generate.yml", *extra, check=True)
-        assert checked["stats"]["changed"] == 0
+        # A re-run of a complete job changes nothing (nor does check mode): test_site's second run of
+        # site.yml ("lab-demo.service: complete") and its --check --diff run.
 
 
 # Prompts of the slow job: more than it can answer before the test freezes its stand-in (8 a second).

@@ -6,8 +6,8 @@ the fleet serves, a job generates, merge builds the grown set on the controller;
 training_resume drains and stops the fleet, keeps aside the file that was where the trainer reads its set,
 moves the merged set in, and starts the trainer's unit again with a drop-in Environment= that hands over
 the set and the checkpoint. The trainer logs the rows it loaded and the step it resumed from: the test
-checks them against merge's report and the checkpoint. A re-run changes nothing, and so do the phases
-before it (the cycle is closed): the resumed training keeps running and the fleet stays stopped.
+checks them against merge's report and the checkpoint. (That a re-run changes nothing, and so do the phases
+before it, is test_site's: site.yml's second run.)
 """
 
 from __future__ import annotations
@@ -135,22 +135,8 @@ def test_the_trainer_runs_again_on_the_merged_set_from_its_checkpoint(
     assert evidence["instances_stopped"] == list(range(INSTANCES)) and evidence["instances_kept"] == []
 
 
-def test_a_rerun_and_the_phases_before_it_change_nothing(
-    resumed: PlaybookRun, fleet_ct: Container, ansible: Ansible, cycle: dict
-) -> None:
-    pid = fleet_ct.unit_props(UNIT, ["MainPID"])["MainPID"]
-    for playbook, args in (
-        ("resume_training.yml", ()),
-        ("resume_training.yml", ("--check", "--diff")),
-        # The cycle is closed: training_stop leaves the resumed training alone, the fleet stays stopped.
-        ("stop_training.yml", ()),
-        ("serve.yml", ()),
-    ):
-        run = ansible.playbook(playbook, *args, *cycle["extra"])
-        assert run.rc == 0, run.explain()
-        assert run.total("changed") == 0, (playbook, args, run.explain())
-    assert fleet_ct.unit_props(UNIT, ["MainPID"])["MainPID"] == pid
-    assert fleet_ct.run("systemctl is-active sglang@0.service", check=False).stdout.strip() == "inactive"
+# A re-run, and the phases before it (the cycle is closed: training_stop leaves the resumed training alone,
+# the fleet stays stopped), change nothing: test_site's second run of site.yml, and its --check --diff run.
 
 
 def test_a_stop_under_a_running_generation_job_is_refused(

@@ -5,9 +5,10 @@ These tests drive the real lab (fakepve on 127.0.0.1:8006, real LXC containers) 
 holds the machine-wide lab lock (/tmp/sglfleet-lab.lock) from its first test to its last (a no-op under
 `flock /tmp/sglfleet-lab.lock .venv/bin/pytest ...`, where an ancestor holds it).
 
-Fixtures, all session-scoped but `new_ct`:
+The lock is taken in pytest_runtestloop, before the first test: the wait for it counts against no test's
+time limit. Fixtures, all session-scoped but `new_ct`:
 
-- `lab_lock` (autouse), `lab_settings` (the lab up), `pve` (proxmoxer with the lab's token), `root_pve`
+- `lab_settings` (the lab up), `pve` (proxmoxer with the lab's token), `root_pve`
   (root@pam's password: what a token may not do), `ansible` (playbooks against inventory/lab);
 - the two lab CTs the tests converge on, each a `Container` prepared by tests/integration/prepare_sglfleet.yml
   (this checkout's sglfleet in the runtime venv, the stand-in in /opt/sglang/venv):
@@ -78,14 +79,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items[i] = item
 
 
-@pytest.fixture(scope="session", autouse=True)
-def lab_lock() -> Iterator[None]:
-    """Hold the lab lock for the session: nobody else brings the lab up, down, or uses its CTs meanwhile."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+    """Hold the lab lock from the session's first test to its last: nobody else brings the lab up, down, or
+    uses its CTs meanwhile. Taken before the first test starts, so that the wait for it (other sessions'
+    runs) counts against no test's time limit."""
+    if session.config.option.collectonly or not session.items:
+        return (yield)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
+    lock = hold(timeout=LOCK_WAIT_S, say=say)
     try:
-        with hold(timeout=LOCK_WAIT_S, say=print):
-            yield
+        lock.__enter__()
     except LabLockTimeout as exc:
-        pytest.fail(str(exc))
+        pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
+    try:
+        return (yield)
+    finally:
+        lock.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")
