@@ -469,11 +469,13 @@ class LocalTarget(Target):
 
 
 class LabTarget(Target):
-    def __init__(self, work: Path, container: Container, inventory: Path = INVENTORY) -> None:
+    """A lab CT, reached through its own inventory."""
+
+    def __init__(self, work: Path, container: Container) -> None:
         self.work = work
         self.root = LAB_ROOT
         self.module_python = LAB_MODULE_PYTHON
-        self.inventory = inventory
+        self.inventory = container.inventory
         self.container = container
 
     def play(self, playbook: str, *extra: str, overrides: dict | None = None) -> PlaybookRun:
