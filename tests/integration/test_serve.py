@@ -212,16 +212,11 @@ def test_a_normal_stop_and_restart_are_no_failure(fleet: Fleet) -> None:
     assert "Failed with result" not in journal
 
 
-def test_second_run_changes_nothing(fleet: Fleet) -> None:
-    before = fleet.snapshot()
-    run = fleet.serve()
-    assert run.rc == 0, run.explain()
-    assert run.recap["changed"] == 0, run.explain()
-    assert fleet.snapshot() == before
-
-
-def test_instances_default_to_one_per_gpu(fleet: Fleet, fake_nvidia_smi: str) -> None:
-    # With eight GPUs (the stand-in nvidia-smi) and no count, the fleet is the eight it already is.
+def test_second_run_changes_nothing_and_instances_default_to_one_per_gpu(
+    fleet: Fleet, fake_nvidia_smi: str
+) -> None:
+    # The second run, with eight GPUs (the stand-in nvidia-smi) and no count: the fleet is the eight it
+    # already is, and nothing is rewritten or restarted.
     before = fleet.snapshot()
     run = fleet.serve(
         sglang_fleet_instances=None, sglang_fleet_check_gpus=True, sglang_fleet_nvidia_smi=fake_nvidia_smi
