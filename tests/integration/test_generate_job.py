@@ -77,7 +77,7 @@ def _exactly_once(box: Container, output: str, n: int) -> None:
     assert len(counts) == n and set(counts.values()) == {1}
 
 
-def test_generate_playbook_runs_the_job_once_and_is_idempotent(fleet_ct: Container, tmp_path: Path) -> None:
+def test_generate_playbook_runs_the_job_once(fleet_ct: Container, tmp_path: Path) -> None:
     with standin.standin_process(standin_ttft=0.002) as a, standin.standin_process(standin_ttft=0.002) as b:
         assert (
             fleet_ct.ssh("mkdir -p /srv/gen && cat > /srv/gen/in.jsonl", stdin=_conversations(300)).returncode
