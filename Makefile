@@ -11,6 +11,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PLAYBOOKS := $(wildcard playbooks/*.yml testing/playbooks/*.yml)
 PYTEST_FLAGS ?=
+# The lab's sessions print their slowest steps: where their time goes, run by run.
+LAB_PYTEST_FLAGS := --durations=30
 
 .PHONY: help deps deps-lab venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
 
@@ -31,8 +33,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml 
 
 venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfleet (editable)
 
-# $(call timed,NAME) COMMAND: run COMMAND (bash's `time`) and print "== NAME: <seconds> s" when it is done.
-timed = TIMEFORMAT='== $(1): %1R s'; time
+# $(call timed,NAME) COMMAND: run COMMAND (bash's `time`) and print "== NAME: <seconds> s (CPU <user + sys> s)" when
+# it is done: the wall-clock time, and the CPU time of every process it waited for.
+timed = TIMEFORMAT='== $(1): %1R s (CPU %1U + %1S s)'; time
 # The lab is one resource per machine: whoever uses it holds this lock (the test sessions take it themselves).
 LAB_LOCK := /tmp/sglfleet-lab.lock
 # Jobs of `make test`: lint, the unit tests and the lab's tests run side by side.
@@ -62,7 +65,7 @@ test-unit: venv ## fast tests: no lab needed
 	$(call timed,test-unit) $(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 test-lab: deps-lab venv lab-up ## the lab's own smoke tests (needs root)
-	$(call timed,test-lab) $(BIN)/pytest tests/lab $(PYTEST_FLAGS)
+	$(call timed,test-lab) $(BIN)/pytest tests/lab $(LAB_PYTEST_FLAGS) $(PYTEST_FLAGS)
 
 # Three sessions side by side under one hold of the lab lock (each sees that its ancestor holds it), one per lab
 # CT: the role tests on CT 201 (real nvcc and ptxas runs, mostly CPU), the host phase and site.yml on CT 202
@@ -75,13 +78,13 @@ test-integration: venv lab-up ## ansible-playbook runs against the lab (needs ro
 
 test-integration-ct200: venv ## the integration modules on CT 200 (all but those of ct201 and ct202)
 	$(call timed,test-integration-ct200) $(BIN)/pytest tests/integration \
-	  $(addprefix --ignore=,$(CT201_TESTS) $(CT202_TESTS)) $(PYTEST_FLAGS)
+	  $(addprefix --ignore=,$(CT201_TESTS) $(CT202_TESTS)) $(LAB_PYTEST_FLAGS) $(PYTEST_FLAGS)
 
 test-integration-ct201: venv ## the role tests (cuda_toolchain, sglang) on CT 201
-	$(call timed,test-integration-ct201) SGLFLEET_TEST_CT=201 $(BIN)/pytest $(CT201_TESTS) $(PYTEST_FLAGS)
+	$(call timed,test-integration-ct201) SGLFLEET_TEST_CT=201 $(BIN)/pytest $(CT201_TESTS) $(LAB_PYTEST_FLAGS) $(PYTEST_FLAGS)
 
 test-integration-ct202: venv ## phase host (the stand-in node), then site.yml, on CT 202
-	$(call timed,test-integration-ct202) SGLFLEET_TEST_CT=202 $(BIN)/pytest $(CT202_TESTS) $(PYTEST_FLAGS)
+	$(call timed,test-integration-ct202) SGLFLEET_TEST_CT=202 $(BIN)/pytest $(CT202_TESTS) $(LAB_PYTEST_FLAGS) $(PYTEST_FLAGS)
 
 test-labs: venv ## lab-up, the lab's own tests, then the integration tests: everything that needs the lab, in order
 	@# -j1: one after the other, whatever -j the make above runs with (its jobserver would be shared).

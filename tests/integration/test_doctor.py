@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_lab import Ansible, Container, OwnCt, PlaybookRun, wait_until
+from support.ansible_lab import Ansible, Container, PlaybookRun, wait_until
 
 pytestmark = [pytest.mark.timeout(900)]
 
 SQUATTER = "sglfleet-doctor-squat"
 
 
-def ct_only_inventory(own: OwnCt, directory: Path) -> Path:
+def ct_only_inventory(ct: Container, directory: Path) -> Path:
     """The session's inventory without the stand-in node, which the CT 202 session may be rebooting."""
     directory.mkdir()
-    hosts = yaml.safe_load((own.inventory / "hosts.yml").read_text())
+    hosts = yaml.safe_load((ct.inventory / "hosts.yml").read_text())
     hosts.pop("pve_hosts", None)
     (directory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    (directory / "group_vars").symlink_to((own.inventory / "group_vars").resolve(), target_is_directory=True)
+    (directory / "group_vars").symlink_to((ct.inventory / "group_vars").resolve(), target_is_directory=True)
     return directory
 
 
@@ -39,16 +39,16 @@ def rows(run: PlaybookRun, host: str) -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def doctor(own_ct: OwnCt, tmp_path_factory: pytest.TempPathFactory) -> Ansible:
-    return Ansible(inventory=ct_only_inventory(own_ct, tmp_path_factory.mktemp("doctor") / "inventory"))
+def doctor(ct: Container, tmp_path_factory: pytest.TempPathFactory) -> Ansible:
+    return Ansible(inventory=ct_only_inventory(ct, tmp_path_factory.mktemp("doctor") / "inventory"))
 
 
 def test_the_lab_as_declared_has_no_blocker_and_says_why_gpu_checks_skip(
-    doctor: Ansible, own_ct: OwnCt
+    doctor: Ansible, ct: Container
 ) -> None:
     run = doctor.playbook("doctor.yml")
     assert run.rc == 0, run.explain()
-    host = f"ct{own_ct.vmid}"
+    host = f"ct{ct.vmid}"
     table = rows(run, host)
     for check in ("driver", "device nodes", "GPU count"):
         assert table[check] == ("skipped", "inventory declares no GPU (sglfleet_gpus_expected=false) | -"), (
@@ -66,14 +66,12 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_two_blockers_at_once_are_both_listed_before_it_fails(
-    doctor: Ansible, own_ct: OwnCt, session_ct: Container
-) -> None:
+def test_two_blockers_at_once_are_both_listed_before_it_fails(doctor: Ansible, ct: Container) -> None:
     """A port of the fleet taken by something else, and a CT that should have 8 GPUs but has no device node:
     both rows are there, each with its fix, and only then does the play fail (in check mode too)."""
-    port = own_ct.port_base + 1
-    host = f"ct{own_ct.vmid}"
-    session_ct.run(f"systemd-run --unit={SQUATTER} --collect python3 -m http.server {port} --bind 127.0.0.1")
+    port = ct.port_base + 1
+    host = f"ct{ct.vmid}"
+    ct.run(f"systemd-run --unit={SQUATTER} --collect python3 -m http.server {port} --bind 127.0.0.1")
     try:
         wait_until(lambda: _listening(port), timeout=30, what=f"the squatter on port {port}")
         run = doctor.playbook(
@@ -85,7 +83,7 @@ def test_two_blockers_at_once_are_both_listed_before_it_fails(
             "proxmox_lxc_gpu_count=8",
         )
     finally:
-        session_ct.ssh(f"systemctl stop {shlex.quote(SQUATTER)}")
+        ct.ssh(f"systemctl stop {shlex.quote(SQUATTER)}")
     assert run.rc != 0, run.explain()
     table = rows(run, host)
     status, rest = table["device nodes"]

@@ -10,18 +10,20 @@ files are removed before and after. Under the lab lock, like every integration t
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import CT_HOST, REPO, Ansible, Container, host_inventory, wait_until
+from support.ansible_lab import CT_HOST, REPO, Ansible, Container, host_inventory, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
 standin = pytest.importorskip("sglfleet_testing.standin.process")
 
-Ct = Container
 # What the tests leave in CT 200: their jobs' units and directories.
 CLEAN = (
     "for u in sglfleet-gen-itest sglfleet-gen-slow; do systemctl stop $u.service; systemctl reset-failed"
@@ -29,11 +31,11 @@ CLEAN = (
 )
 
 
-@pytest.fixture(scope="module")
-def ct(prepared_ct: Container) -> Iterator[Container]:
-    prepared_ct.run(CLEAN)
-    yield prepared_ct
-    prepared_ct.run(CLEAN)
+@pytest.fixture(scope="module", autouse=True)
+def clean(fleet_ct: Container) -> Iterator[None]:
+    fleet_ct.run(CLEAN)
+    yield
+    fleet_ct.run(CLEAN)
 
 
 def _inventory(tmp: Path, box: Container) -> Path:
@@ -68,19 +70,20 @@ def _conversations(n: int) -> str:
     return "".join(json.dumps({"id": f"c{i:05d}", "conversations": turns(i)}) + "\n" for i in range(n))
 
 
-def _exactly_once(box: Ct, output: str, n: int) -> None:
+def _exactly_once(box: Container, output: str, n: int) -> None:
     text = box.ssh(f"cat {output}").stdout
     assert text.endswith("\n")
     counts = Counter(json.loads(line)["custom_id"] for line in text.splitlines())
     assert len(counts) == n and set(counts.values()) == {1}
 
 
-def test_generate_playbook_runs_the_job_once_and_is_idempotent(ct: Ct, tmp_path: Path) -> None:
+def test_generate_playbook_runs_the_job_once(fleet_ct: Container, tmp_path: Path) -> None:
     with standin.standin_process(standin_ttft=0.002) as a, standin.standin_process(standin_ttft=0.002) as b:
         assert (
-            ct.ssh("mkdir -p /srv/gen && cat > /srv/gen/in.jsonl", stdin=_conversations(300)).returncode == 0
+            fleet_ct.ssh("mkdir -p /srv/gen && cat > /srv/gen/in.jsonl", stdin=_conversations(300)).returncode
+            == 0
         )
-        inv = _inventory(tmp_path, ct)
+        inv = _inventory(tmp_path, fleet_ct)
         extra = [
             "-e", json.dumps({"generate_endpoints": [a.base_url, b.base_url]}),
             "-e", "generate_name=itest generate_input=/srv/gen/in.jsonl generate_output=/srv/gen/out.jsonl",
@@ -90,30 +93,47 @@ def test_generate_playbook_runs_the_job_once_and_is_idempotent(ct: Ct, tmp_path:
         assert first["rc"] == 0, first
         assert first["job"]["changed"] is True and first["job"]["status"] == "complete"
         assert first["job"]["counts"]["done"] == 300 and first["job"]["unit"] == "sglfleet-gen-itest.service"
-        _exactly_once(ct, "/srv/gen/out.jsonl", 300)
-
-        second = _playbook(inv, REPO / "playbooks/generate.yml", *extra)
-        assert second["rc"] == 0 and second["stats"]["changed"] == 0, second
-        assert second["job"]["status"] == "complete" and second["job"]["reason"] == "the job is complete"
-
-        checked = _playbook(inv, REPO / "playbooks/generate.yml", *extra, check=True)
-        assert checked["stats"]["changed"] == 0
+        _exactly_once(fleet_ct, "/srv/gen/out.jsonl", 300)
+        # A re-run of a complete job changes nothing (nor does check mode): test_site's second run of
+        # site.yml ("lab-demo.service: complete") and its --check --diff run.
 
 
-# Long enough (1000 prompts x 0.5 s first token, 4 at a time: >= 125 s) that the job cannot finish
-# while the three playbook runs between its start and its stop take their time on a loaded CI machine.
+# Prompts of the slow job: more than it can answer before the test freezes its stand-in (8 a second).
 SLOW_JOB = 1000
+SLOW_UNIT = "sglfleet-gen-slow.service"
 
 
-def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None:
+def _resume_once_stopping(box: Container, server: subprocess.Popen) -> threading.Thread:
+    """SIGCONT to the frozen `server` once systemd is stopping the slow job (it got its SIGTERM), so that
+    its in-flight requests end at once instead of after the job's grace period."""
+
+    def resume() -> None:
+        try:
+            wait_until(
+                lambda: (
+                    box.ssh(f"systemctl show --property=ActiveState --value {SLOW_UNIT}").stdout.strip()
+                    != "active"
+                ),
+                timeout=300,
+                what="systemd stops the slow job",
+            )
+        finally:
+            server.send_signal(signal.SIGCONT)
+
+    thread = threading.Thread(target=resume, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_running_is_unchanged_stopped_is_resumed(fleet_ct: Container, tmp_path: Path) -> None:
     with standin.standin_process(standin_ttft=0.5, max_running_requests=4) as slow:
         assert (
-            ct.ssh(
+            fleet_ct.ssh(
                 "mkdir -p /srv/gen2 && cat > /srv/gen2/in.jsonl", stdin=_conversations(SLOW_JOB)
             ).returncode
             == 0
         )
-        inv = _inventory(tmp_path, ct)
+        inv = _inventory(tmp_path, fleet_ct)
         base = [
             "-e", json.dumps({"generate_endpoints": [slow.base_url]}),
             "-e", "generate_name=slow generate_input=/srv/gen2/in.jsonl generate_output=/srv/gen2/out.jsonl",
@@ -121,21 +141,31 @@ def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None
         ]  # fmt: skip
         started = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_wait=false")
         assert started["job"]["changed"] is True and started["job"]["action"] == "start", started
-        wait_until(lambda: _writing(ct, "/srv/gen2/out.jsonl"), timeout=60, what="the job writes results")
-        running = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_wait=false")
-        assert running["stats"]["changed"] == 0 and running["job"]["status"] == "running", running
-        assert ct.ssh("systemctl is-active sglfleet-gen-slow.service").stdout.strip() == "active"
-
-        would = _playbook(
-            inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_state=stopped", check=True
+        wait_until(
+            lambda: _writing(fleet_ct, "/srv/gen2/out.jsonl"), timeout=60, what="the job writes results"
         )
-        assert would["job"]["changed"] is True
-        assert ct.ssh("systemctl is-active sglfleet-gen-slow.service").stdout.strip() == "active"
+        # The stand-in frozen (SIGSTOP): the job makes no progress, so it cannot finish before it is stopped,
+        # however long the playbook runs below take.
+        slow.process.send_signal(signal.SIGSTOP)
+        try:
+            running = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_wait=false")
+            assert running["stats"]["changed"] == 0 and running["job"]["status"] == "running", running
+            assert fleet_ct.ssh(f"systemctl is-active {SLOW_UNIT}").stdout.strip() == "active"
 
-        stopped = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_state=stopped")
+            would = _playbook(
+                inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_state=stopped", check=True
+            )
+            assert would["job"]["changed"] is True
+            assert fleet_ct.ssh(f"systemctl is-active {SLOW_UNIT}").stdout.strip() == "active"
+
+            resumer = _resume_once_stopping(fleet_ct, slow.process)
+            stopped = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_state=stopped")
+            resumer.join(timeout=10)
+        finally:
+            slow.process.send_signal(signal.SIGCONT)
         assert stopped["job"]["changed"] is True and stopped["job"]["action"] == "stop", stopped
-        assert ct.ssh("systemctl is-active sglfleet-gen-slow.service").stdout.strip() != "active"
-        manifest = json.loads(ct.ssh("cat /srv/gen2/out.jsonl.manifest.json").stdout)
+        assert fleet_ct.ssh(f"systemctl is-active {SLOW_UNIT}").stdout.strip() != "active"
+        manifest = json.loads(fleet_ct.ssh("cat /srv/gen2/out.jsonl.manifest.json").stdout)
         assert manifest["status"] == "interrupted" and 0 < manifest["counts"]["done"] < SLOW_JOB
         again = _playbook(inv, REPO / "playbooks/generate.yml", *base, "-e", "generate_state=stopped")
         assert again["stats"]["changed"] == 0
@@ -151,4 +181,4 @@ def test_running_is_unchanged_stopped_is_resumed(ct: Ct, tmp_path: Path) -> None
         assert resumed["rc"] == 0 and resumed["job"]["changed"] is True, resumed
         assert resumed["job"]["status"] == "complete" and resumed["job"]["counts"]["done"] == SLOW_JOB
         assert resumed["job"]["counts"]["sent_this_run"] < SLOW_JOB, "it resumed, not restarted"
-        _exactly_once(ct, "/srv/gen2/out.jsonl", SLOW_JOB)
+        _exactly_once(fleet_ct, "/srv/gen2/out.jsonl", SLOW_JOB)

@@ -13,7 +13,6 @@ import subprocess
 import time
 
 import pytest
-from ansible_lab import Ansible, Container, OwnCt, PlaybookRun
 from proxmoxer import ProxmoxAPI
 from sglfleet_testing.lab.container import NODE_VMID, LxcHost
 from sglfleet_testing.lab.driver import (
@@ -25,6 +24,7 @@ from sglfleet_testing.lab.driver import (
 from sglfleet_testing.lab.hfhub import HUB_TOKEN
 from sglfleet_testing.lab.node import declare_node_driver, declare_node_gpus, reboot_node
 from sglfleet_testing.lab.settings import LabSettings
+from support.ansible_lab import Container, PlaybookRun
 
 pytestmark = [pytest.mark.timeout(1800)]
 
@@ -51,12 +51,12 @@ def on_node(command: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def ct_sees_the_module(session_ct: Container, own_ct: OwnCt) -> Container:
+def ct_sees_the_module(ct: Container) -> Container:
     """The CT started with the lab's /proc/driver mount (a CT made before the stand-in driver existed is
     restarted once through the lab's PVE API, as a config change would need)."""
     with module_changing(SETTINGS):  # leaves the default declared
         pass
-    if session_ct.run("test -r /proc/driver/nvidia/version", check=False).returncode != 0:
+    if ct.run("test -r /proc/driver/nvidia/version", check=False).returncode != 0:
         pve = ProxmoxAPI(
             SETTINGS.host,
             port=SETTINGS.port,
@@ -64,17 +64,17 @@ def ct_sees_the_module(session_ct: Container, own_ct: OwnCt) -> Container:
             password=SETTINGS.password,
             verify_ssl=str(SETTINGS.ca_cert),
         )
-        lxc = pve.nodes(SETTINGS.node).lxc(own_ct.vmid)
+        lxc = pve.nodes(SETTINGS.node).lxc(ct.vmid)
         for verb in ("shutdown", "start"):
             upid = getattr(lxc.status, verb).post()
             while pve.nodes(SETTINGS.node).tasks(upid).status.get()["status"] != "stopped":
                 time.sleep(0.3)
         deadline = time.monotonic() + 60
-        while not session_ct.reachable():
+        while not ct.reachable():
             assert time.monotonic() < deadline
             time.sleep(0.5)
-    assert DEFAULT_MODULE_VERSION in session_ct.out("cat /proc/driver/nvidia/version")
-    return session_ct
+    assert DEFAULT_MODULE_VERSION in ct.out("cat /proc/driver/nvidia/version")
+    return ct
 
 
 # ------------------------------------------------------------------ phase host
@@ -124,13 +124,12 @@ def the_ten_nodes() -> dict[str, str]:
     return want
 
 
-def test_host_phase_loads_makes_nodes_and_survives_a_reboot(session_ansible: Ansible) -> None:
+def test_host_phase_loads_makes_nodes_and_survives_a_reboot(ct: Container) -> None:
     declare_node_driver(SETTINGS, DEFAULT_MODULE_VERSION)
-    first = session_ansible.playbook("playbooks/host.yml")
+    first = ct.playbook("playbooks/host.yml")
     assert first.rc == 0, first.explain()
     assert node_numbers() == the_ten_nodes()
-    assert recap(session_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
-    assert recap(session_ansible.playbook("playbooks/host.yml", "--check"), NODE)["changed"] == 0
+    # (its re-run at changed=0 and check mode changing nothing: test_site's second and --check --diff runs)
     # a boot: nothing loaded, /dev fresh; the unit ordered before pve-guests.service makes the nodes by the
     # real nvidia-modprobe, and nvidia-persistenced starts after it
     reboot_node(SETTINGS, LxcHost(SETTINGS))
@@ -140,10 +139,10 @@ def test_host_phase_loads_makes_nodes_and_survives_a_reboot(session_ansible: Ans
         time.sleep(0.5)
     assert node_numbers() == the_ten_nodes()
     assert on_node("systemctl is-active nvidia-persistenced.service").stdout.strip() == "active"
-    assert recap(session_ansible.playbook("playbooks/host.yml"), NODE)["changed"] == 0
+    assert recap(ct.playbook("playbooks/host.yml"), NODE)["changed"] == 0
 
 
-def test_the_old_per_gpu_uvm_loop_makes_no_gpu_node_and_the_role_repairs_it(session_ansible: Ansible) -> None:
+def test_the_old_per_gpu_uvm_loop_makes_no_gpu_node_and_the_role_repairs_it(ct: Container) -> None:
     """What the role's unit ran before (`nvidia-modprobe -u -cN` per GPU), run by the real nvidia-modprobe on
     a freshly booted node: only the UVM nodes, at base minor 7, and no /dev/nvidiaN, no /dev/nvidiactl."""
     on_node("systemctl disable sglfleet-nvidia-devices.service nvidia-persistenced.service")
@@ -153,36 +152,37 @@ def test_the_old_per_gpu_uvm_loop_makes_no_gpu_node_and_the_role_repairs_it(sess
         assert old.returncode == 0, old.stderr
         assert node_numbers() == {"/dev/nvidia-uvm": "511:7", "/dev/nvidia-uvm-tools": "511:8"}
         # verify names each wrong node with what it found, and the command that makes it right
-        check = session_ansible.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
+        check = ct.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
         assert check.rc != 0
         text = flat(check)
         assert "/dev/nvidia0 195:0 (found no character device)" in text, check.explain()
         assert "/dev/nvidia-uvm 511:0 (found 511:7)" in text
         assert "nvidia-modprobe -u -c 0" in text
-        assert recap(session_ansible.playbook("playbooks/host.yml", "--check"), NODE)["changed"] > 0
-        run = session_ansible.playbook("playbooks/host.yml")
+        assert recap(ct.playbook("playbooks/host.yml", "--check"), NODE)["changed"] > 0
+        run = ct.playbook("playbooks/host.yml")
         assert run.rc == 0, run.explain()
         assert node_numbers() == the_ten_nodes()
     finally:
         on_node("systemctl enable sglfleet-nvidia-devices.service nvidia-persistenced.service")
 
 
-def test_verify_checks_each_node_against_proc_devices(session_ansible: Ansible) -> None:
-    assert session_ansible.playbook("playbooks/host.yml").rc == 0
+def test_verify_checks_each_node_against_proc_devices(ct: Container) -> None:
+    assert ct.playbook("playbooks/host.yml").rc == 0
     # a UVM node of another major (510 hardcoded, as some guides do) is a character device, but not one the
     # module serves
     on_node("rm -f /dev/nvidia-uvm && mknod -m 666 /dev/nvidia-uvm c 510 0")
-    run = session_ansible.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
+    run = ct.playbook("playbooks/host.yml", "--tags", "pve_host_verify")
     assert run.rc != 0
     assert "/dev/nvidia-uvm 511:0 (found 510:0)" in flat(run), run.explain()
-    assert session_ansible.playbook("playbooks/host.yml").rc == 0
+    # The role's repair of a wrong node is test_the_old_per_gpu_uvm_loop_...'s: put the right one back.
+    on_node("rm -f /dev/nvidia-uvm && mknod -m 666 /dev/nvidia-uvm c 511 0")
     assert node_numbers() == the_ten_nodes()
 
 
-def test_host_phase_refuses_a_gpu_count_that_differs(session_ansible: Ansible) -> None:
+def test_host_phase_refuses_a_gpu_count_that_differs(ct: Container) -> None:
     declare_node_gpus(SETTINGS, 6)
     try:
-        run = session_ansible.playbook("playbooks/host.yml")
+        run = ct.playbook("playbooks/host.yml")
         assert run.rc != 0
         assert "kpro6 has 6 NVIDIA GPU(s) among its PCI functions" in flat(run), run.explain()
         assert "but pve_host_gpu_count is 8" in flat(run)
@@ -190,11 +190,11 @@ def test_host_phase_refuses_a_gpu_count_that_differs(session_ansible: Ansible) -
         declare_node_gpus(SETTINGS, 8)
 
 
-def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) -> None:
+def test_host_phase_refuses_a_driver_older_than_580(ct: Container) -> None:
     declare_node_driver(SETTINGS, "570.172.08")
     try:
         reboot()
-        run = session_ansible.playbook("playbooks/host.yml")
+        run = ct.playbook("playbooks/host.yml")
         assert run.rc != 0
         expected = "the NVIDIA kernel module is 570.172.08, driver branch 570; CUDA 13 needs branch 580"
         assert expected in flat(run)
@@ -203,11 +203,11 @@ def test_host_phase_refuses_a_driver_older_than_580(session_ansible: Ansible) ->
         reboot_node(SETTINGS, LxcHost(SETTINGS))
 
 
-def test_host_phase_names_a_missing_driver(session_ansible: Ansible) -> None:
+def test_host_phase_names_a_missing_driver(ct: Container) -> None:
     declare_node_driver(SETTINGS, None)
     try:
         reboot()
-        run = session_ansible.playbook("playbooks/host.yml")
+        run = ct.playbook("playbooks/host.yml")
         assert run.rc != 0
         # the real kmod's own words
         assert "modprobe: FATAL: Module nvidia not found in directory /lib/modules/" in flat(run)
@@ -219,66 +219,61 @@ def test_host_phase_names_a_missing_driver(session_ansible: Ansible) -> None:
 # ------------------------------------------------------------------ the driver userspace in the CT
 
 
-def userspace(ansible: Ansible, *args: str) -> PlaybookRun:
-    return ansible.playbook("playbooks/toolchain.yml", "--tags", "nvidia_userspace", *args)
+def userspace(ct: Container, *args: str) -> PlaybookRun:
+    return ct.playbook("playbooks/toolchain.yml", "--tags", "nvidia_userspace", *args)
 
 
-def test_userspace_matches_the_module_and_follows_it(
-    session_ansible: Ansible, ct_sees_the_module: Container
-) -> None:
-    ct = ct_sees_the_module
+def test_userspace_matches_the_module_and_follows_it(ct: Container, ct_sees_the_module: Container) -> None:
     build_installer(SETTINGS, DEFAULT_MODULE_VERSION)
-    run = userspace(session_ansible)
+    run = userspace(ct)
     assert run.rc == 0, run.explain()
     smi = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
     assert set(ct.out(smi).split()) == {DEFAULT_MODULE_VERSION}
     assert "libcuda.so.1 (libc6,x86-64)" in ct.out("ldconfig -p")
-    assert userspace(session_ansible).total("changed") == 0
+    assert userspace(ct).total("changed") == 0
     # the host's module changed: check mode says so, a run reinstalls
     build_installer(SETTINGS, "580.105.08")
     with module_changing(SETTINGS):
         declare_module(SETTINGS, "580.105.08")
         assert "Driver/library version mismatch" in ct.run(smi, check=False).stdout
-        assert userspace(session_ansible, "--check").total("changed") > 0
-        run = userspace(session_ansible)
+        assert userspace(ct, "--check").total("changed") > 0
+        run = userspace(ct)
         assert run.rc == 0, run.explain()
         assert set(ct.out(smi).split()) == {"580.105.08"}
-    assert userspace(session_ansible).rc == 0
+    assert userspace(ct).rc == 0
     assert set(ct.out(smi).split()) == {DEFAULT_MODULE_VERSION}
 
 
 def test_userspace_refuses_an_old_branch_and_an_unknown_checksum(
-    session_ansible: Ansible, ct_sees_the_module: Container
+    ct: Container, ct_sees_the_module: Container
 ) -> None:
     with module_changing(SETTINGS):
         declare_module(SETTINGS, "570.172.08")
-        run = userspace(session_ansible)
+        run = userspace(ct)
         assert run.rc != 0
         assert "driver branch 570; CUDA 13 needs branch 580 or newer" in flat(run)
         declare_module(SETTINGS, "580.999.01")  # no installer, so no checksum declared for it
-        run = userspace(session_ansible)
+        run = userspace(ct)
         assert run.rc != 0
         expected = 'nvidia_userspace_checksums has no "sha256:HEX" for NVIDIA-Linux-x86_64-580.999.01.run'
         assert expected in flat(run)
         declare_module(SETTINGS, None)
-        run = userspace(session_ansible)
+        run = userspace(ct)
         assert run.rc != 0 and "the host's nvidia kernel module is not loaded" in flat(run)
 
 
 # ------------------------------------------------------------------ the model
 
 
-def test_model_downloads_once_verified_and_the_token_stays_out(
-    session_ansible: Ansible, session_ct: Container
-) -> None:
-    session_ct.run("rm -f /srv/models/standin-7b/.sglfleet-model.json", check=False)
-    run = session_ansible.playbook("playbooks/model.yml", "-v")
+def test_model_downloads_once_verified_and_the_token_stays_out(ct: Container) -> None:
+    ct.run("rm -f /srv/models/standin-7b/.sglfleet-model.json", check=False)
+    run = ct.playbook("playbooks/model.yml", "-v")
     assert run.rc == 0, run.explain()
     assert HUB_TOKEN not in run.output
-    assert '"model_type": "standin"' in session_ct.out("cat /srv/models/standin-7b/config.json")
-    again = session_ansible.playbook("playbooks/model.yml")
+    assert '"model_type": "standin"' in ct.out("cat /srv/models/standin-7b/config.json")
+    again = ct.playbook("playbooks/model.yml")
     assert again.total("changed") == 0, again.explain()
     elsewhere = ["-e", "model_weights_dir=/srv/models/other", "-e", "model_weights_hf_token=hf_wrong"]
-    bad = session_ansible.playbook("playbooks/model.yml", *elsewhere)
+    bad = ct.playbook("playbooks/model.yml", *elsewhere)
     assert bad.rc != 0
     assert "Model 'sglfleet-lab/standin-7b' not found" in flat(bad) and "hf_wrong" not in bad.output

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
+from support.ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -52,12 +52,10 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Fleet]:
-    prepared_ct.run(RESET)
+def fleet(fleet_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    fleet_ct.run(RESET)
     fleet = Fleet(
-        prepared_ct,
+        fleet_ct,
         ansible,
         tmp_path_factory.mktemp("roll"),
         vars={
@@ -70,7 +68,7 @@ def fleet(
     first = fleet.serve()
     assert first.rc == 0, first.explain()
     yield fleet
-    prepared_ct.run(RESET)
+    fleet_ct.run(RESET)
 
 
 def _write_input(path: Path) -> list[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
 from sglfleet_testing.router import tokenizer_json
+from support.ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,17 +59,17 @@ def _workers() -> int:
 
 @pytest.fixture(scope="module")
 def routed(
-    prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
+    fleet_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[PlaybookRun, Path]]:
-    prepared_ct.run(RESET)
+    fleet_ct.run(RESET)
     # containers made before the lab's model store held a tokenizer get it here
-    prepared_ct.put(f"{MODEL_DIR}/tokenizer.json", json.dumps(tokenizer_json()))
+    fleet_ct.put(f"{MODEL_DIR}/tokenizer.json", json.dumps(tokenizer_json()))
     extra = _vars(tmp_path_factory.mktemp("router") / "vars.json", instances=2)
     served = ansible.playbook("playbooks/fleet.yml", "-e", f"@{extra}")
     assert served.rc == 0, served.explain()
     run = ansible.playbook("playbooks/router.yml", "-e", f"@{extra}")
     yield run, extra
-    prepared_ct.run(RESET)
+    fleet_ct.run(RESET)
 
 
 def test_the_router_converges_and_passes_its_health_gate(routed: tuple[PlaybookRun, Path]) -> None:
@@ -94,19 +94,19 @@ def test_a_rerun_changes_nothing_and_check_mode_predicts_nothing(
 
 
 def test_the_key_is_on_no_command_line_and_only_in_the_0600_file(
-    routed: tuple[PlaybookRun, Path], prepared_ct: Container
+    routed: tuple[PlaybookRun, Path], fleet_ct: Container
 ) -> None:
     assert routed[0].rc == 0
-    holders = prepared_ct.run(
+    holders = fleet_ct.run(
         "grep -l -a -F -f - /proc/[0-9]*/cmdline /etc/sglang-router/* "
         "/etc/systemd/system/sglang-router.service 2>/dev/null",
         stdin=API_KEY + "\n",
         check=False,
     ).stdout.split()
     assert holders == ["/etc/sglang-router/router.env"]
-    assert prepared_ct.out("stat -c '%a %U' /etc/sglang-router/router.env") == "600 root"
-    pid = prepared_ct.unit_props("sglang-router.service", ["MainPID"])["MainPID"]
-    cmdline = prepared_ct.out(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+    assert fleet_ct.out("stat -c '%a %U' /etc/sglang-router/router.env") == "600 root"
+    pid = fleet_ct.unit_props("sglang-router.service", ["MainPID"])["MainPID"]
+    cmdline = fleet_ct.out(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
     assert " -m sglfleet.launch sglang_router.launch_router " in cmdline and "--api-key" not in cmdline
     # the router asks the key of its clients too
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -115,10 +115,10 @@ def test_the_key_is_on_no_command_line_and_only_in_the_0600_file(
 
 
 def test_the_ledger_records_the_phase_and_status_shows_it(
-    routed: tuple[PlaybookRun, Path], prepared_ct: Container
+    routed: tuple[PlaybookRun, Path], fleet_ct: Container
 ) -> None:
     assert routed[0].rc == 0
-    out = prepared_ct.out(f"{MODULE_PYTHON} -m sglfleet status --json --count 0")
+    out = fleet_ct.out(f"{MODULE_PYTHON} -m sglfleet status --json --count 0")
     rows = {r["phase"]: r for r in json.loads(out)["checklist"]}
     assert rows["router"]["status"] == "done"
     assert rows["router"]["evidence"]["workers"] == 2
@@ -147,7 +147,7 @@ def test_one_job_through_the_router_exactly_once(routed: tuple[PlaybookRun, Path
 
 
 def test_the_router_follows_the_fleet(
-    routed: tuple[PlaybookRun, Path], ansible: Ansible, prepared_ct: Container, tmp_path: Path
+    routed: tuple[PlaybookRun, Path], ansible: Ansible, fleet_ct: Container, tmp_path: Path
 ) -> None:
     assert routed[0].rc == 0
     three = _vars(tmp_path / "vars.json", instances=3)
@@ -159,5 +159,5 @@ def test_the_router_follows_the_fleet(
     while _workers() != 3:  # the gate waited for it; this only reads it back
         assert time.monotonic() < deadline
         time.sleep(0.5)
-    env = prepared_ct.out("grep '^ROUTER_ARGS=' /etc/sglang-router/router.env")
+    env = fleet_ct.out("grep '^ROUTER_ARGS=' /etc/sglang-router/router.env")
     assert f"http://127.0.0.1:{PORT_BASE + 2}" in env

@@ -12,8 +12,8 @@ import json
 import shutil
 
 import pytest
-from ansible_lab import REPO, Ansible, Container, PlaybookRun
 from sglfleet_testing.lab.driver import module_steady
+from support.ansible_lab import REPO, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -32,59 +32,57 @@ def _lines(text: str) -> int:
     return len([line for line in text.splitlines() if line.strip()])
 
 
-def site(ansible: Ansible, *args: str) -> PlaybookRun:
+def site(ct: Container, *args: str) -> PlaybookRun:
     # Phase toolchain installs the userspace of the declared driver module, which another session may change.
     with module_steady():
-        return ansible.playbook("playbooks/site.yml", *args, timeout=1200)
+        return ct.playbook("playbooks/site.yml", *args, timeout=1200)
 
 
 @pytest.fixture(scope="module")
-def converged(session_ct: Container, session_ansible: Ansible) -> PlaybookRun:
+def converged(ct: Container) -> PlaybookRun:
     # The data phases start from nothing: no controller work dir, no prompts or results in the CT.
     shutil.rmtree(OUT, ignore_errors=True)
-    session_ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
+    ct.run(f"rm -f {CT_PROMPTS} {CT_RESULTS} {CT_RESULTS}.*")
     # As `make demo`: the lab's stand-in training job runs first, so that training_stop stops it and
     # training_resume starts it again.
-    trainer = session_ansible.playbook("testing/playbooks/lab_trainer.yml")
+    trainer = ct.playbook("testing/playbooks/lab_trainer.yml")
     assert trainer.rc == 0, trainer.explain()
-    run = site(session_ansible)
+    run = site(ct)
     assert run.rc == 0, run.explain()
     print(f"site.yml converged in {run.seconds:.1f} s")
     return run
 
 
-def test_site_brings_every_phase_up_to_a_healthy_fleet(converged: PlaybookRun, session_ct: Container) -> None:
+def test_site_brings_every_phase_up_to_a_healthy_fleet(converged: PlaybookRun, ct: Container) -> None:
     for phase in PHASES:
         assert f"│ {phase:<15} │ done" in converged.output, phase
     # The fleet phase's gate saw 8 healthy instances; training_resume then drained and stopped them all.
-    fleet = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]["evidence"]
+    fleet = json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["fleet"]["evidence"]
     assert fleet["healthy"] == fleet["instances"] == 8
     assert "Instances (0/8 healthy)" in converged.output
-    states = session_ct.out("systemctl is-active " + " ".join(f"sglang@{i}" for i in range(8)) + " || true")
+    states = ct.out("systemctl is-active " + " ".join(f"sglang@{i}" for i in range(8)) + " || true")
     assert states.split() == ["inactive"] * 8
     # Phase sglang decided SM120's backend (the lab's GPUs are RTX PRO 6000s) and every instance runs it.
-    assert "SGLANG_ATTENTION_BACKEND=flashinfer" in session_ct.out("cat /etc/sglang/common.env")
+    assert "SGLANG_ATTENTION_BACKEND=flashinfer" in ct.out("cat /etc/sglang/common.env")
     for i in range(8):
-        assert "--attention-backend flashinfer" in session_ct.out(
-            f"grep SGLANG_ARGS /etc/sglang/instance-{i}.env"
-        )
+        assert "--attention-backend flashinfer" in ct.out(f"grep SGLANG_ARGS /etc/sglang/instance-{i}.env")
 
 
-def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, session_ct: Container) -> None:
+def test_the_job_ran_across_all_eight_instances(converged: PlaybookRun, ct: Container) -> None:
     prompts = (OUT / "prompts.jsonl").read_text()
-    assert session_ct.out(f"cat {CT_PROMPTS}") == prompts.strip()
-    manifest = json.loads(session_ct.out(f"cat {CT_RESULTS}.manifest.json"))
+    assert ct.out(f"cat {CT_PROMPTS}") == prompts.strip()
+    manifest = json.loads(ct.out(f"cat {CT_RESULTS}.manifest.json"))
     assert manifest["status"] == "complete", manifest["message"]
     assert manifest["counts"]["done"] == _lines(prompts) == 120
     served = {url: stats["ok"] for url, stats in manifest["endpoint_stats"].items()}
     assert len(served) == 8 and all(ok > 0 for ok in served.values()), served
-    ledger = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]
+    ledger = json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]
     assert ledger["generate"]["evidence"]["endpoints"] == 8
     assert ledger["prompts"]["evidence"]["prompts"] == 120
 
 
 def test_the_merged_set_is_the_existing_set_plus_the_kept_answers(
-    converged: PlaybookRun, session_ct: Container
+    converged: PlaybookRun, ct: Container
 ) -> None:
     report = json.loads((OUT / "merge-report.json").read_text())
     existing = _lines(EXISTING.read_text())
@@ -95,28 +93,28 @@ def test_the_merged_set_is_the_existing_set_plus_the_kept_answers(
     merged = (OUT / "merged.jsonl").read_text().splitlines()
     assert len(merged) == existing + kept
     assert merged[:existing] == EXISTING.read_text().splitlines()
-    ledger = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["merge"]["evidence"]
+    ledger = json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["merge"]["evidence"]
     assert (ledger["rows_before"], ledger["rows_after"]) == (existing, existing + kept)
 
 
-def test_the_trainer_runs_again_on_the_merged_set(converged: PlaybookRun, session_ct: Container) -> None:
+def test_the_trainer_runs_again_on_the_merged_set(converged: PlaybookRun, ct: Container) -> None:
     report = json.loads((OUT / "merge-report.json").read_text())
     unit = "sglfleet-trainer.service"
-    assert session_ct.out(f"systemctl is-active {unit}") == "active"
-    pid = session_ct.unit_props(unit, ["MainPID"])["MainPID"]
-    log = session_ct.out(f"journalctl --unit={unit} _PID={pid} --output=cat")
+    assert ct.out(f"systemctl is-active {unit}") == "active"
+    pid = ct.unit_props(unit, ["MainPID"])["MainPID"]
+    log = ct.out(f"journalctl --unit={unit} _PID={pid} --output=cat")
     assert f"loaded {report['rows']['total']} rows from /var/lib/sglfleet-lab/trainer/train.jsonl" in log, log
     assert "resumed from checkpoint /var/lib/sglfleet-lab/trainer/checkpoint.json at step " in log, log
-    evidence = json.loads(session_ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["training_resume"]
+    evidence = json.loads(ct.out("cat /var/lib/sglfleet/ledger.json"))["phases"]["training_resume"]
     assert evidence["evidence"]["loaded_rows"] == report["rows"]["total"]
     assert evidence["evidence"]["units"] == [unit] and evidence["evidence"]["instances_stopped"] == list(
         range(8)
     )
 
 
-def test_second_run_changes_nothing(converged: PlaybookRun, session_ansible: Ansible) -> None:
+def test_second_run_changes_nothing(converged: PlaybookRun, ct: Container) -> None:
     before = (OUT / "merged.jsonl").stat().st_mtime_ns
-    again = site(session_ansible)
+    again = site(ct)
     assert again.rc == 0, again.explain()
     assert again.total("changed") == 0, again.explain()
     assert again.total("failed") == 0
@@ -125,9 +123,7 @@ def test_second_run_changes_nothing(converged: PlaybookRun, session_ansible: Ans
     print(f"site.yml re-run in {again.seconds:.1f} s (first run {converged.seconds:.1f} s)")
 
 
-def test_check_diff_on_the_converged_lab_reports_nothing(
-    converged: PlaybookRun, session_ansible: Ansible
-) -> None:
-    check = site(session_ansible, "--check", "--diff")
+def test_check_diff_on_the_converged_lab_reports_nothing(converged: PlaybookRun, ct: Container) -> None:
+    check = site(ct, "--check", "--diff")
     assert check.rc == 0, check.explain()
     assert check.total("changed") == 0, check.explain()

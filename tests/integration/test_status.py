@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import MODULE_PYTHON, REPO, STANDIN_PYTHON, Ansible, Container, PlaybookRun
+from support.ansible_lab import MODULE_PYTHON, REPO, STANDIN_PYTHON, Ansible, Container, PlaybookRun
 
 from sglfleet.fleet import OPTIONAL_PHASES, PHASES
 
@@ -79,8 +79,8 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    ct = prepared_ct
+def lab(fleet_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    ct = fleet_ct
     ct.run(f"{STOP}; rm -rf {WORK}; mkdir -p {ENV_DIR}")
     for i in range(INSTANCES):
         ct.run(start_instance(i))

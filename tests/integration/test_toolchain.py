@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from ansible_lab import PlaybookRun, Target
+from support.ansible_lab import PlaybookRun, Target
 
 pytestmark = [pytest.mark.timeout(1800)]
 
@@ -89,20 +89,8 @@ def test_first_run_installs_assembles_and_verifies(target: Target, converged: Pl
     assert sm120 in " ".join(converged.output.split()), converged.explain()
 
 
-def test_second_run_changes_nothing(target: Target, converged: PlaybookRun) -> None:
-    run = target.play(PLAYBOOK)
-    assert run.rc == 0, run.explain()
-    assert run.total("changed") == 0, run.changed_tasks()
-    assert_verified(run)
-
-
-def test_check_mode_on_a_converged_host_changes_nothing_and_still_verifies(
-    target: Target, converged: PlaybookRun
-) -> None:
-    run = target.play(PLAYBOOK, "--check", "--diff")
-    assert run.rc == 0, run.explain()
-    assert run.total("changed") == 0, run.changed_tasks()
-    assert_verified(run)
+# The converged role's re-run at changed=0 and its check mode changing nothing (its verification passing
+# in both) are test_site's: site.yml's second run and its --check --diff run phase toolchain too.
 
 
 def test_environment_file_has_literal_values(target: Target, converged: PlaybookRun) -> None:
@@ -130,25 +118,29 @@ def test_profile_script_puts_the_tree_before_any_other_nvcc(target: Target, conv
     assert lines[4] == target.prefix
 
 
-# name: (break it, is it fixed (a shell test), the repairing task, what verification alone must say)
+# name: (break it, is it fixed (a shell test), the repairing task, what verification alone must say, how the
+# test puts back what it broke: None when a real run repairs it)
 BREAKS = {
     "libcudart-symlink": (
-        "rm {p}/lib64/libcudart.so",
+        "mv {p}/lib64/libcudart.so {p}/lib64/libcudart.so.moved",
         "test -L {p}/lib64/libcudart.so",
         CUDART_TASK,
         ["cannot find -lcudart", f"task '{CUDART_TASK}'"],
+        "mv {p}/lib64/libcudart.so.moved {p}/lib64/libcudart.so",
     ),
     "cccl-overlay": (
-        "rm {p}/include/cub {p}/include/cuda {p}/include/thrust",
+        "for d in cub cuda thrust; do mv {p}/include/$d {p}/include/$d.moved; done",
         "test -L {p}/include/cub && test -L {p}/include/cuda && test -L {p}/include/thrust",
         CCCL_TASK,
         ["cuda/std/cstdint: No such file", f"task '{CCCL_TASK}'"],
+        "for d in cub cuda thrust; do mv {p}/include/$d.moved {p}/include/$d; done",
     ),
     "libcuda-stub": (
-        "rm {p}/lib64/stubs/libcuda.so",
+        "mv {p}/lib64/stubs/libcuda.so {p}/lib64/stubs/libcuda.so.moved",
         "test -f {p}/lib64/stubs/libcuda.so",
         STUB_TASK,
         ["lib64/stubs/libcuda.so is missing", "cannot find -lcuda", f"task '{STUB_TASK}'"],
+        "mv {p}/lib64/stubs/libcuda.so.moved {p}/lib64/stubs/libcuda.so",
     ),
     # Debian's python3.11-dev holds no header itself: libpython3.11-dev has Python.h.
     "python-headers": (
@@ -156,6 +148,7 @@ BREAKS = {
         "test -f /usr/include/python3.11/Python.h",
         HEADERS_TASK,
         ["Python.h: No such file", "The headers of /usr/bin/python3 are missing", f"task '{HEADERS_TASK}'"],
+        None,
     ),
     "nvvm-13.5": (
         "{p}/venv/bin/pip install --quiet --disable-pip-version-check nvidia-nvvm==13.5.37",
@@ -167,22 +160,29 @@ BREAKS = {
             f"nvidia-nvvm is 13.5.37, release {RELEASE} pins {WHEEL}",
             f"task '{PIN_TASK}'",
         ],
+        None,
     ),
 }
 
 
 # Repair tasks whose check-mode prediction test_check_mode_on_a_fresh_host_... asserts already; a break case
-# checks the others' (a check-mode run each: about 20 s).
+# that a real run repairs checks the others' (a check-mode run each: about 20 s).
 PREDICTED_ON_A_FRESH_HOST = (PIN_TASK, CUDART_TASK, CCCL_TASK)
 
 
 @pytest.mark.parametrize("case", list(BREAKS))
-def test_broken_fix_is_named_by_verify_and_repaired_by_the_next_run(
+def test_a_broken_fix_is_named_by_verify_and_repaired_or_its_repair_predicted(
     target: Target, converged: PlaybookRun, case: str
 ) -> None:
-    breaker, fixed, repair_task, messages = (
+    """Verification names each broken fix and the task that repairs it. A real run repairs the breaks whose
+    repair differs from what the first converge did (an apt package removed, a wheel at another version);
+    the others (a link, an overlay, the stub, missing) are what the first converge made from nothing: for
+    them, check mode on the broken tree predicts the repair, and the test puts back what it moved away."""
+    breaker, fixed, repair_task, messages, restore = (
         item.format(p=target.prefix) if isinstance(item, str) else item for item in BREAKS[case]
     )
+    ledger = target.path("ledger.json")
+    target.ok(f"cp -p {ledger} {ledger}.before-break")
     target.ok(breaker)
     assert target.sh(fixed).returncode != 0
 
@@ -193,18 +193,23 @@ def test_broken_fix_is_named_by_verify_and_repaired_by_the_next_run(
         assert " ".join(message.split()) in flat, (message, verify.explain())
     assert target.ledger_phase("toolchain")["status"] == "failed"
 
-    if repair_task not in PREDICTED_ON_A_FRESH_HOST:
+    if restore is not None or repair_task not in PREDICTED_ON_A_FRESH_HOST:
         check = target.play(PLAYBOOK, "--check", "--tags", "install,configure")
         assert check.rc == 0, check.explain()
         assert check.status(repair_task)[:1] == ["changed"], check.explain()  # check mode: would repair
         assert target.sh(fixed).returncode != 0, "check mode changed the tree"
 
+    if restore is not None:
+        target.ok(f"{restore} && mv {ledger}.before-break {ledger}")
+        assert target.sh(fixed).returncode == 0
+        return
     repair = target.play(PLAYBOOK)
     assert repair.rc == 0, repair.explain()
     assert repair_task in repair.changed_tasks(), repair.explain()
     assert_verified(repair)
     assert target.sh(fixed).returncode == 0
     assert target.ledger_phase("toolchain")["status"] == "done"
+    target.ok(f"rm -f {ledger}.before-break")
 
 
 def test_a_host_that_should_have_gpus_and_has_none_fails_verify_naming_the_cause(

@@ -6,8 +6,8 @@ recorded), the fleet serves, a job generates, merge builds the grown set on the 
 training_resume drains and stops the fleet, keeps aside the file that was where the trainer reads its set,
 moves the merged set in, and starts the trainer's unit again with a drop-in Environment= that hands over
 the set and the checkpoint. The trainer logs the rows it loaded and the step it resumed from: the test
-checks them against merge's report and the checkpoint. A re-run changes nothing, and so do the phases
-before it (the cycle is closed): the resumed training keeps running and the fleet stays stopped.
+checks them against merge's report and the checkpoint. (That a re-run changes nothing, and so do the phases
+before it, is test_site's: site.yml's second run.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun, wait_until
+from support.ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun, wait_until
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -66,11 +66,9 @@ def _clean(ct: Container) -> None:
 
 
 @pytest.fixture(scope="module")
-def cycle(
-    prepared_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict]:
+def cycle(fleet_ct: Container, ansible: Ansible, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """training running → stopped → fleet → prompts → generate → merge; the old set in the trainer's place."""
-    ct = prepared_ct
+    ct = fleet_ct
     work = tmp_path_factory.mktemp("resume-work")
     _clean(ct)
     extra = _vars(work)
@@ -92,42 +90,42 @@ def cycle(
 
 
 @pytest.fixture(scope="module")
-def resumed(cycle: dict, prepared_ct: Container, ansible: Ansible) -> PlaybookRun:
+def resumed(cycle: dict, fleet_ct: Container, ansible: Ansible) -> PlaybookRun:
     check = ansible.playbook("training_resume.yml", "--check", "--diff", *cycle["extra"])
     assert check.rc == 0, check.explain()
     # Check mode predicts the work and does none of it.
     assert check.total("changed") > 0, check.explain()
     units = " ".join(f"sglang@{i}.service" for i in range(INSTANCES))
-    assert prepared_ct.out(f"systemctl is-active {units}").split() == ["active"] * INSTANCES
-    assert prepared_ct.out(f"cat {DATASET}") == OLD_SET.strip()
-    assert prepared_ct.run(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
+    assert fleet_ct.out(f"systemctl is-active {units}").split() == ["active"] * INSTANCES
+    assert fleet_ct.out(f"cat {DATASET}") == OLD_SET.strip()
+    assert fleet_ct.run(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
     run = ansible.playbook("training_resume.yml", *cycle["extra"])
     assert run.rc == 0, run.explain()
     return run
 
 
-def test_the_fleet_is_drained_stopped_and_disabled(resumed: PlaybookRun, prepared_ct: Container) -> None:
+def test_the_fleet_is_drained_stopped_and_disabled(resumed: PlaybookRun, fleet_ct: Container) -> None:
     for i in range(INSTANCES):
-        props = prepared_ct.unit_props(f"sglang@{i}.service", ["ActiveState", "UnitFileState", "Result"])
+        props = fleet_ct.unit_props(f"sglang@{i}.service", ["ActiveState", "UnitFileState", "Result"])
         # Result=success: the launcher exits 0 after SGLang's drain (a stop, not a crash).
         expected = {"ActiveState": "inactive", "UnitFileState": "disabled", "Result": "success"}
         assert props == expected, (i, props)
 
 
 def test_the_merged_set_is_in_place_and_the_old_one_kept_aside(
-    resumed: PlaybookRun, prepared_ct: Container, cycle: dict
+    resumed: PlaybookRun, fleet_ct: Container, cycle: dict
 ) -> None:
     merged = (cycle["work"] / "merged.jsonl").read_text()
-    assert prepared_ct.out(f"cat {DATASET}") == merged.strip()
-    kept = prepared_ct.out(f"ls {DATASET}.kept-*").split()
+    assert fleet_ct.out(f"cat {DATASET}") == merged.strip()
+    kept = fleet_ct.out(f"ls {DATASET}.kept-*").split()
     assert len(kept) == 1 and re.search(r"\.kept-\d{8}T\d{6}Z-[0-9a-f]{12}$", kept[0]), kept
-    assert prepared_ct.out(f"cat {kept[0]}") == OLD_SET.strip()
+    assert fleet_ct.out(f"cat {kept[0]}") == OLD_SET.strip()
 
 
 def test_the_trainer_runs_again_on_the_merged_set_from_its_checkpoint(
-    resumed: PlaybookRun, prepared_ct: Container, cycle: dict
+    resumed: PlaybookRun, fleet_ct: Container, cycle: dict
 ) -> None:
-    ct = prepared_ct
+    ct = fleet_ct
     assert ct.out(f"systemctl is-active {UNIT}") == "active"
     dropin = ct.out(f"cat {DROP_IN}")
     assert f'Environment="SGLFLEET_TRAIN_DATASET={DATASET}"' in dropin
@@ -144,28 +142,14 @@ def test_the_trainer_runs_again_on_the_merged_set_from_its_checkpoint(
     assert evidence["instances_stopped"] == list(range(INSTANCES)) and evidence["instances_kept"] == []
 
 
-def test_a_rerun_and_the_phases_before_it_change_nothing(
-    resumed: PlaybookRun, prepared_ct: Container, ansible: Ansible, cycle: dict
-) -> None:
-    pid = prepared_ct.unit_props(UNIT, ["MainPID"])["MainPID"]
-    for playbook, args in (
-        ("training_resume.yml", ()),
-        ("training_resume.yml", ("--check", "--diff")),
-        # The cycle is closed: training_stop leaves the resumed training alone, the fleet stays stopped.
-        ("training_stop.yml", ()),
-        ("fleet.yml", ()),
-    ):
-        run = ansible.playbook(playbook, *args, *cycle["extra"])
-        assert run.rc == 0, run.explain()
-        assert run.total("changed") == 0, (playbook, args, run.explain())
-    assert prepared_ct.unit_props(UNIT, ["MainPID"])["MainPID"] == pid
-    assert prepared_ct.run("systemctl is-active sglang@0.service", check=False).stdout.strip() == "inactive"
+# A re-run, and the phases before it (the cycle is closed: training_stop leaves the resumed training alone,
+# the fleet stays stopped), change nothing: test_site's second run of site.yml, and its --check --diff run.
 
 
 def test_a_stop_under_a_running_generation_job_is_refused(
-    resumed: PlaybookRun, prepared_ct: Container, ansible: Ansible, cycle: dict
+    resumed: PlaybookRun, fleet_ct: Container, ansible: Ansible, cycle: dict
 ) -> None:
-    ct = prepared_ct
+    ct = fleet_ct
     ct.run("systemctl start sglang@0.service")
     ct.run("systemd-run --unit=sglfleet-gen-resume-probe.service --collect sleep 300")
     try:

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
 from sglfleet_testing import trainer
+from support.ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,9 +53,9 @@ class Jobs:
         self._wait_for(f"journalctl --unit={UNIT} _PID={pid} --output=cat | grep -q training")
         return pid
 
-    def start_gpu_holder(self, seconds: int) -> int:
-        """A process the stand-in nvidia-smi lists on GPU 0 until it exits after `seconds`."""
-        pid = int(self.ct.out(f"cd /; setsid nohup sleep {seconds} > /dev/null 2>&1 < /dev/null & echo $!"))
+    def start_gpu_holder(self) -> int:
+        """A process the stand-in nvidia-smi lists on GPU 0 until the test (or cleanup()) ends it."""
+        pid = int(self.ct.out("cd /; setsid nohup sleep infinity > /dev/null 2>&1 < /dev/null & echo $!"))
         self.pids.append(pid)
         self.ct.run(f"echo {pid} >> {GPU_PIDS}")
         return pid
@@ -86,11 +86,11 @@ class Jobs:
 
 
 @pytest.fixture
-def jobs(prepared_ct: Container) -> Iterator[Jobs]:
-    prepared_ct.put(SCRIPT, Path(trainer.__file__).read_text())
-    jobs = Jobs(prepared_ct)
+def jobs(fleet_ct: Container) -> Iterator[Jobs]:
+    fleet_ct.put(SCRIPT, Path(trainer.__file__).read_text())
+    jobs = Jobs(fleet_ct)
     jobs.cleanup()
-    prepared_ct.run(f"mkdir -p {WORK}")
+    fleet_ct.run(f"mkdir -p {WORK}")
     yield jobs
     jobs.cleanup()
 
@@ -165,9 +165,10 @@ def test_job_ignoring_sigterm_is_killed_after_the_timeout(ansible: Ansible, jobs
     assert not jobs.alive(unit_pid)
     assert jobs.checkpoint("unit") is None
     assert jobs.checkpoint("proc") is None
-    # The stop sticks: Restart=on-failure does not bring the killed unit back.
-    time.sleep(2)
-    assert jobs.ct.unit_props(UNIT, ["ActiveState"])["ActiveState"] in {"inactive", "failed"}
+    # The stop sticks: Restart=on-failure does not bring the killed unit back. A restart systemd had
+    # scheduled would show now, as ActiveState=activating with SubState=auto-restart for RestartSec.
+    state = jobs.ct.unit_props(UNIT, ["ActiveState", "SubState"])
+    assert state["ActiveState"] in {"inactive", "failed"}, state
     assert jobs.ct.run(f"test -e {DROP_IN}", check=False).returncode != 0, "the runtime drop-in was left"
 
     evidence = ledger(jobs.ct)["evidence"]
@@ -179,16 +180,23 @@ def test_waits_until_no_compute_process_holds_a_gpu(
     ansible: Ansible, jobs: Jobs, fake_nvidia_smi: str
 ) -> None:
     pid = jobs.start_process("proc")
-    holder = jobs.start_gpu_holder(seconds=8)  # e.g. a dataloader worker that outlives the job a while
+    holder = jobs.start_gpu_holder()  # e.g. a dataloader worker that outlives the job a while
 
-    run = stop_training(ansible, "-e", json.dumps({"training_stop_nvidia_smi": fake_nvidia_smi}))
+    running = ansible.start(
+        "playbooks/training_stop.yml",
+        "-e", f"ansible_python_interpreter={MODULE_PYTHON}",
+        "-e", json.dumps({"training_stop_nvidia_smi": fake_nvidia_smi}),
+    )  # fmt: skip
+    # The job is stopped, and the play polls while the GPU is still busy...
+    running.wait_for("FAILED - RETRYING: [ct200]: Wait until nvidia-smi lists no compute process")
+    assert not jobs.alive(pid)
+    assert jobs.alive(holder)
+    # ...and returns once the last process on it has ended (the holder ends when the test says so, however
+    # long the play took to get here).
+    jobs.ct.run(f"kill {holder}")
+    run = running.finish()
     assert run.rc == 0, run.explain()
     assert jobs.checkpoint("proc") is not None
-    assert not jobs.alive(pid)
-    # It polled while the GPU was busy, and returned only once it was free.
-    assert "FAILED - RETRYING: [ct200]: Wait until nvidia-smi lists no compute process" in run.output, (
-        run.explain()
-    )
     assert not jobs.alive(holder)
     assert "nvidia-smi was not found" not in run.output
     assert ledger(jobs.ct)["evidence"]["nvidia_smi_found"] is True
@@ -197,7 +205,7 @@ def test_waits_until_no_compute_process_holds_a_gpu(
 def test_fails_naming_the_process_that_keeps_a_gpu(
     ansible: Ansible, jobs: Jobs, fake_nvidia_smi: str
 ) -> None:
-    holder = jobs.start_gpu_holder(seconds=300)
+    holder = jobs.start_gpu_holder()
     extra = {"training_stop_nvidia_smi": fake_nvidia_smi, "training_stop_gpu_timeout": 2}
     run = stop_training(ansible, "-e", json.dumps(extra))
     assert run.rc != 0, run.explain()

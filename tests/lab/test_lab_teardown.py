@@ -34,12 +34,12 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_lab_down_removes_what_the_lab_made(ct):
-    settings = ct.settings
+def test_lab_down_removes_what_the_lab_made(new_ct):
+    settings = new_ct.settings
     network = host_network()
-    ct.create()
-    ct.start()
-    assert ct.ssh("true").returncode == 0
+    new_ct.create()
+    new_ct.start()
+    assert new_ct.ssh("true").returncode == 0
     try:
         done = subprocess.run(
             [sys.executable, "-m", "sglfleet_testing.lab", "down", "--keep-template"],
@@ -48,14 +48,14 @@ def test_lab_down_removes_what_the_lab_made(ct):
         assert done.returncode == 0, done.stderr
         assert lab_processes() == []
         assert not listening(settings.port)
-        assert not listening(settings.ssh_port(ct.vmid))
+        assert not listening(settings.ssh_port(new_ct.vmid))
         assert not settings.state_dir.exists()
         # Kept on request: the downloads (the template, the node's Debian packages), and nothing else.
         kept = sorted(p for p in settings.cache_dir.rglob("*") if p.is_file())
         debs = sorted(debs_dir(settings) / package.deb for package in NODE_PACKAGES)
         assert kept == sorted([settings.template_path, *debs])
         assert not Path("/run/lxc/lock", str(settings.lxc_path).lstrip("/")).exists()
-        assert sorted(Path("/sys/fs/cgroup").glob(f"*/lxc.*.{ct.vmid}")) == []
+        assert sorted(Path("/sys/fs/cgroup").glob(f"*/lxc.*.{new_ct.vmid}")) == []
         assert host_network() == network
         status = subprocess.run(
             [sys.executable, "-m", "sglfleet_testing.lab", "status"],

@@ -1,13 +1,15 @@
-"""The integration tests' one harness: ansible-playbook runs of this checkout, commands in CT 200, the
-role-test targets, and polling. conftest.py turns it into fixtures (lab_lock, lab, ansible, ct,
-prepared_ct, fake_nvidia_smi); tests import the names they need from here.
+"""The lab tiers' harness: ansible-playbook runs of this checkout, commands in a lab CT, the role-test
+targets, and polling. support/lab.py (the lab's pytest plugin) turns it into fixtures; tests import the
+names they need from here.
 
 - `Ansible.playbook()` runs a playbook against inventory/lab (or another inventory) and returns a
   `PlaybookRun`: exit status, output, time, CT 200's PLAY RECAP (`recap`), every host's (`recaps`), and
-  what each task reported (`status()`, `changed_tasks()`, `total()`).
-- `Container` runs commands in a lab CT over its sshd, on one multiplexed SSH connection per CT.
-- `Target` and its two kinds (`LabTarget`: CT 200 under /opt/sglfleet-test; `LocalTarget`: this machine,
-  SGLFLEET_ROLE_TESTS_TARGET=local) are where the role tests (cuda_toolchain, sglang) converge.
+  what each task reported (`status()`, `changed_tasks()`, `total()`); `Ansible.start()` runs one in the
+  background, so that a test can act while it runs (`RunningPlaybook.wait_for()`, then `finish()`).
+- `Container` is a lab CT: commands over its sshd, on one multiplexed SSH connection per CT, and
+  playbooks through the inventory that reaches it (`playbook()`).
+- `Target` and its two kinds (`LabTarget`: the session's CT under /opt/sglfleet-test; `LocalTarget`: this
+  machine, SGLFLEET_ROLE_TESTS_TARGET=local) are where the role tests (cuda_toolchain, sglang) converge.
 - `wait_until()` polls a condition: no test sleeps a fixed time to let something happen.
 """
 
@@ -21,6 +23,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -164,10 +167,7 @@ def run_playbook(
 ) -> PlaybookRun:
     """ansible-playbook -i inventory playbook args; `playbook` is absolute, or relative to playbooks/ or
     to the checkout."""
-    path = Path(playbook)
-    if not path.is_absolute():
-        path = REPO / "playbooks" / path if (REPO / "playbooks" / path).is_file() else REPO / path
-    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(path), *args]
+    argv = _playbook_argv(playbook, inventory, args)
     start = time.monotonic()
     proc = subprocess.run(
         argv,
@@ -182,6 +182,63 @@ def run_playbook(
     return PlaybookRun(argv[1:], proc.returncode, proc.stdout, time.monotonic() - start)
 
 
+def _playbook_argv(playbook: str | Path, inventory: Path, args: Sequence[str]) -> list[str]:
+    path = Path(playbook)
+    if not path.is_absolute():
+        path = REPO / "playbooks" / path if (REPO / "playbooks" / path).is_file() else REPO / path
+    return [str(BIN / "ansible-playbook"), "-i", str(inventory), str(path), *args]
+
+
+class RunningPlaybook:
+    """An ansible-playbook run in the background: a test waits for a line of its output (`wait_for`), acts
+    while the play goes on, then takes its `PlaybookRun` (`finish`)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.argv = argv
+        self._start = time.monotonic()
+        # Unbuffered: Ansible writes its lines without a flush, and the test waits for them as they come.
+        self._proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.append(line)
+
+    def output(self) -> str:
+        return "".join(self._lines)
+
+    def wait_for(self, text: str, timeout: float = 300) -> None:
+        """Return once `text` is in the output; fail (with the output) if the run ends without it."""
+        wait_until(
+            lambda: text in self.output() or self._proc.poll() is not None,
+            timeout=timeout,
+            what=f"ansible-playbook prints {text!r}",
+        )
+        if self._proc.poll() is not None:
+            self._reader.join(timeout=5)  # the last lines
+        assert text in self.output(), f"the run ended without printing {text!r}\n{self.output()[-6000:]}"
+
+    def finish(self, timeout: float = 600) -> PlaybookRun:
+        """Wait for the run to end; what it did."""
+        try:
+            rc = self._proc.wait(timeout)
+        finally:
+            if self._proc.poll() is None:
+                self._proc.kill()
+        self._reader.join(timeout=10)
+        return PlaybookRun(self.argv[1:], rc, self.output(), time.monotonic() - self._start)
+
+
 class Ansible:
     """Runs playbooks of this checkout against inventory/lab (or the inventory given)."""
 
@@ -193,6 +250,10 @@ class Ansible:
         self, playbook: str | Path, *args: str, timeout: float = 600, inventory: Path | None = None
     ) -> PlaybookRun:
         return run_playbook(playbook, inventory or self.inventory, *args, timeout=timeout, env=self.env)
+
+    def start(self, playbook: str | Path, *args: str) -> RunningPlaybook:
+        """The same run in the background (see RunningPlaybook)."""
+        return RunningPlaybook(_playbook_argv(playbook, self.inventory, args), self.env)
 
 
 def _lab_host(port: int, **host_vars: object) -> dict:
@@ -235,10 +296,26 @@ _CONTROL_DIR = Path(tempfile.gettempdir()) / f"sglfleet-itest-ssh-{os.getuid()}"
 
 
 class Container:
-    """Commands in a lab CT over its sshd (CT 200: 127.0.0.1:2222), as the inventory reaches it."""
+    """A lab CT: commands over its sshd (CT 200: 127.0.0.1:2222), and playbooks through `inventory`, which
+    reaches it as host `ct{vmid}` (its instances listen from `port_base` on; the CTs share the host's
+    network)."""
 
-    def __init__(self, port: int = CT_SSH_PORT, key: Path = SSH_KEY, name: str = "CT 200") -> None:
-        self.port, self.key, self.name = port, key, name
+    def __init__(
+        self,
+        vmid: int = CT_VMID,
+        *,
+        port: int = CT_SSH_PORT,
+        inventory: Path = INVENTORY,
+        port_base: int = 30000,
+        key: Path = SSH_KEY,
+    ) -> None:
+        self.vmid, self.port, self.inventory, self.port_base, self.key = vmid, port, inventory, port_base, key
+        self.name = f"CT {vmid}"
+        self.host = f"ct{vmid}"
+
+    def playbook(self, playbook: str | Path, *args: str, timeout: float = 600) -> PlaybookRun:
+        """ansible-playbook through this CT's inventory (see Ansible.playbook)."""
+        return run_playbook(playbook, self.inventory, *args, timeout=timeout)
 
     def _ssh_options(self) -> list[str]:
         _CONTROL_DIR.mkdir(mode=0o700, exist_ok=True)
@@ -311,18 +388,6 @@ class Container:
     def unit_props(self, unit: str, props: Sequence[str]) -> dict[str, str]:
         out = self.out(f"systemctl show {shlex.quote(unit)} " + " ".join(f"--property={p}" for p in props))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-@dataclass
-class OwnCt:
-    """The lab CT the modules that can run on a CT of their own use (the role tests, test_host_phase,
-    test_site), and the inventory that reaches it: CT 200 and inventory/lab unless SGLFLEET_TEST_CT names
-    another."""
-
-    vmid: int
-    container: Container
-    inventory: Path
-    port_base: int  # where its SGLang instances listen (the CTs share the host's network)
 
 
 # -- where the role tests converge -------------------------------------------------------------------
@@ -404,11 +469,13 @@ class LocalTarget(Target):
 
 
 class LabTarget(Target):
-    def __init__(self, work: Path, container: Container, inventory: Path = INVENTORY) -> None:
+    """A lab CT, reached through its own inventory."""
+
+    def __init__(self, work: Path, container: Container) -> None:
         self.work = work
         self.root = LAB_ROOT
         self.module_python = LAB_MODULE_PYTHON
-        self.inventory = inventory
+        self.inventory = container.inventory
         self.container = container
 
     def play(self, playbook: str, *extra: str, overrides: dict | None = None) -> PlaybookRun:
