@@ -14,7 +14,7 @@ PYTEST_FLAGS ?=
 # The lab's sessions print their slowest steps: where their time goes, run by run.
 LAB_PYTEST_FLAGS := --durations=30
 
-.PHONY: help deps deps-lab venv lint sanity collection test test-unit test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
+.PHONY: help deps deps-lab venv lint sanity collection test test-unit test-playbooks test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ timed = TIMEFORMAT='== $(1): %1R s (CPU %1U + %1S s)'; time
 # The lab is one resource per machine: whoever uses it holds this lock (the test sessions take it themselves).
 LAB_LOCK := /tmp/sglfleet-lab.lock
 # Jobs of `make test`: lint, the unit tests and the lab's tests run side by side.
-TEST_JOBS ?= 3
+TEST_JOBS ?= 4
 # The integration modules that can run on a lab CT of their own (SGLFLEET_TEST_CT) do, beside the others on CT 200.
 CT201_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py tests/integration/test_doctor.py
 CT202_TESTS := tests/integration/test_host_phase.py tests/integration/test_site.py
@@ -63,6 +63,9 @@ collection: venv ## build the collection sglfleet.ops (build/sglfleet-ops-VERSIO
 
 test-unit: venv ## fast tests: no lab needed
 	$(call timed,test-unit) $(BIN)/pytest tests/unit $(PYTEST_FLAGS)
+
+test-playbooks: venv ## ansible-playbook runs that need no lab CT (local connection, fakepve of their own, the collection): no root, no lab lock
+	$(call timed,test-playbooks) $(BIN)/pytest tests/playbooks $(PYTEST_FLAGS)
 
 test-lab: deps-lab venv lab-up ## the lab's own smoke tests (needs root)
 	$(call timed,test-lab) $(BIN)/pytest tests/lab $(LAB_PYTEST_FLAGS) $(PYTEST_FLAGS)
@@ -90,11 +93,11 @@ test-labs: venv ## lab-up, the lab's own tests, then the integration tests: ever
 	@# -j1: one after the other, whatever -j the make above runs with (its jobserver would be shared).
 	$(MAKE) --no-print-directory -j1 test-lab test-integration
 
-# Lint and the unit tests need neither the lab nor each other; the lab's tests spend most of their time waiting
+# Lint, the unit tests and the playbook tests need neither the lab nor each other; the lab's tests spend most of their time waiting
 # (debootstrap's downloads, container boots, systemd, health gates). All three run side by side, each one's
 # output printed whole when it ends.
 test: deps-lab venv ## every check (installs missing Debian packages first): lint, unit tests and the lab's tests side by side
-	$(call timed,make test) $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit test-labs
+	$(call timed,make test) $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit test-playbooks test-labs
 
 lab-up: deps-lab venv ## bring up the lab (fakepve on 127.0.0.1:8006, the LXC template); a no-op when it is up
 	$(call timed,lab-up) flock $(LAB_LOCK) $(PY) -m sglfleet_testing.lab up

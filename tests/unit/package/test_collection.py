@@ -1,7 +1,7 @@
 """`make collection`: roles/, library/, module_utils/, doc_fragments/ and playbooks/ as the collection
 sglfleet.ops, with the sglfleet runtime wheel, which `ansible-galaxy collection install` accepts and whose
 modules and roles ansible-doc then renders from the install alone (validate-modules runs on it in `make lint`,
-through scripts/collection-sanity; tests/integration/test_collection.py runs its playbooks)."""
+through scripts/collection-sanity; tests/playbooks/test_collection.py runs its playbooks)."""
 
 from __future__ import annotations
 

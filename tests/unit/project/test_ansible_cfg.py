@@ -1,7 +1,7 @@
 """ansible.cfg's defaults are safe for a production inventory: no default inventory, host keys checked; the
 lab turns the check off for its own hosts only; every ansible command the docs and the Makefile show names
 its inventory. That a run without -i fails before reaching any host: see
-tests/integration/test_example_playbooks.py."""
+tests/playbooks/test_example_playbooks.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """inventory/example runs as shipped, secrets and site data aside: Ansible reads it without a warning, the
 files/ it names are shipped or listed as the site's own, and its mix config is one `sglfleet mix` takes.
-Its playbook runs (--syntax-check, the roles' argument_specs): tests/integration/test_example_playbooks.py."""
+Its playbook runs (--syntax-check, the roles' argument_specs): tests/playbooks/test_example_playbooks.py."""
 
 from __future__ import annotations
 
