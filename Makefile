@@ -94,7 +94,7 @@ test-labs: venv ## lab-up, the lab's own tests, then the integration tests: ever
 	$(MAKE) --no-print-directory -j1 test-lab test-integration
 
 # Lint, the unit tests and the playbook tests need neither the lab nor each other; the lab's tests spend most of their time waiting
-# (debootstrap's downloads, container boots, systemd, health gates). All three run side by side, each one's
+# (debootstrap's downloads, container boots, systemd, health gates). All four run side by side, each one's
 # output printed whole when it ends.
 test: deps-lab venv ## every check (installs missing Debian packages first): lint, unit tests and the lab's tests side by side
 	$(call timed,make test) $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit test-playbooks test-labs
