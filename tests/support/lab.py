@@ -40,6 +40,7 @@ from proxmoxer.core import ResourceException
 from sglfleet_testing.lab.lock import LabLockTimeout, hold
 from sglfleet_testing.lab.service import up
 from sglfleet_testing.lab.settings import LabSettings
+
 from support.ansible_lab import (
     CT_VMID,
     FAKE_NVIDIA_SMI,
