@@ -25,13 +25,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import yaml
 from sglfleet_testing.lab.driver import module_steady
+
+from support import polling
 
 REPO = ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -58,19 +59,9 @@ OWN_CT_ENV = "SGLFLEET_TEST_CT"
 LAB_ROOT = "/opt/sglfleet-test"
 LAB_MODULE_PYTHON = MODULE_PYTHON
 
-T = TypeVar("T")
 
-
-def wait_until(condition: Callable[[], T], *, timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll `condition` until it returns something truthy (returned); fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not so after {timeout:.0f} s")
-        time.sleep(interval)
+# A lab condition runs a command in a CT: polled every 0.1 s, not every 0.02 s as support.polling's default.
+wait_until = functools.partial(polling.wait_until, interval=0.1)
 
 
 # -- ansible-playbook --------------------------------------------------------------------------------
