@@ -23,6 +23,12 @@ from sglfleet.gen import GenerateConfig, LogReporter, Outcome, run
 LATENCY_SERVER = Path(__file__).with_name("latency_server.py")
 
 
+def generate_argv(inp: Path, out: Path, urls: list[str], *extra: str) -> list[str]:
+    """`sglfleet generate` of `inp` into `out` across `urls`, then `extra`: a child process's argv."""
+    endpoints = [arg for url in urls for arg in ("-e", url)]
+    return [sys.executable, "-m", "sglfleet", "generate", "-i", str(inp), "-o", str(out), *endpoints, *extra]
+
+
 def write_conversations(path: Path, n: int, prefix: str = "c") -> list[str]:
     ids = [f"{prefix}{i:06d}" for i in range(n)]
     with path.open("w") as fh:

@@ -6,12 +6,11 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support.generate import assert_exactly_once, fleet, write_conversations
+from support.generate import assert_exactly_once, fleet, generate_argv, write_conversations
 
 from sglfleet.gen import load_manifest as load
 from sglfleet.gen import manifest_path
@@ -20,20 +19,7 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def _start(inp: Path, out: Path, urls: list[str], *extra: str) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "sglfleet",
-        "generate",
-        "-i",
-        str(inp),
-        "-o",
-        str(out),
-        "--max-tokens",
-        "32",
-    ]
-    for url in urls:
-        argv += ["-e", url]
+    argv = generate_argv(inp, out, urls, "--max-tokens", "32")
     return subprocess.Popen(
         [*argv, "--backoff-base", "0.05", "--log-interval", "0.5", *extra],
         stdout=subprocess.PIPE,

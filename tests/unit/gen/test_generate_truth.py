@@ -23,6 +23,7 @@ from support.generate import (
     assert_exactly_once,
     count_lines,
     fleet,
+    generate_argv,
     job_config,
     latency_servers,
     read_jsonl,
@@ -307,20 +308,7 @@ def test_after_exit_6_the_command_it_names_works(tmp_path: Path) -> None:
     with fleet({"standin_ttft": 0.01, "max_running_requests": 2}) as servers:
         url = servers[0].base_url
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sglfleet",
-                "generate",
-                "-i",
-                str(inp),
-                "-o",
-                str(out),
-                "-e",
-                url,
-                "-c",
-                "2",
-            ],
+            generate_argv(inp, out, [url], "-c", "2"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

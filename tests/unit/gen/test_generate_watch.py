@@ -14,7 +14,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.generate import assert_exactly_once, fleet, requests_served, write_batch, write_conversations
+from support.generate import (
+    assert_exactly_once,
+    fleet,
+    generate_argv,
+    requests_served,
+    write_batch,
+    write_conversations,
+)
 from support.polling import wait_until
 
 from sglfleet.cli import main as cli_main
@@ -25,20 +32,7 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def _generate(inp: Path, out: Path, urls: list[str], *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    argv = [
-        sys.executable,
-        "-m",
-        "sglfleet",
-        "generate",
-        "-i",
-        str(inp),
-        "-o",
-        str(out),
-        "--log-interval",
-        "3600",
-    ]
-    for url in urls:
-        argv += ["-e", url]
+    argv = generate_argv(inp, out, urls, "--log-interval", "3600")
     return subprocess.Popen(
         [*argv, *extra],
         stdout=subprocess.PIPE,
@@ -172,7 +166,7 @@ def test_sigterm_at_any_moment_of_our_code_exits_130(tmp_path: Path, delay: floa
     with fleet({"standin_ttft": 0.2}) as servers:
         url = servers[0].base_url
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sglfleet", "generate", "-i", str(inp), "-o", str(out), "-e", url],
+            generate_argv(inp, out, [url]),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
