@@ -56,6 +56,9 @@ def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None
     for pid, cgroup in (
         (10, "0::/system.slice/train.service\n"),
         (11, "0::/user.slice/user-0.slice/session-3.scope\n"),
+        # A user's own train.service (systemctl --user) is not the system's: systemd puts it in user@1000
+        # (cgroup-util.c v252 cg_path_get_unit), and stopping the system unit leaves it running.
+        (12, "0::/user.slice/user-1000.slice/user@1000.service/app.slice/train.service\n"),
     ):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / f"{pid}/cmdline").write_bytes(b"python\0train.py\0")
@@ -66,9 +69,9 @@ def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None
     job = discover(["train", "gone.service"], ["train[.]py"], systemctl=lambda argv: show, proc=tmp_path)
     out = job.as_dict()
     assert [u["Id"] for u in out["running_units"]] == ["train.service"]
-    assert [p["pid"] for p in out["processes"]] == [11]
+    assert [p["pid"] for p in out["processes"]] == [11, 12]
     assert out["loaded_units"] == ["train"]
-    assert out["targets"] == ["unit train.service", "process 11"]
+    assert out["targets"] == ["unit train.service", "process 11", "process 12"]
 
 
 def test_a_bad_pattern_is_named() -> None:
