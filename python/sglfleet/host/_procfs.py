@@ -41,8 +41,8 @@ def environ(pid: int, proc: Path = PROC) -> dict[str, str]:
 
 
 #: src/basic/unit-name.c `unit_name_is_valid(name, UNIT_NAME_PLAIN|UNIT_NAME_INSTANCE)`: a prefix, an
-#: optional non-empty instance after the first "@", and a unit type's suffix (src/basic/unit-def.c), at most 255
-#: characters of VALID_CHARS (letters, digits, ":-_.\\").
+#: optional non-empty instance after the first "@", and a unit type's suffix (src/basic/unit-def.c),
+#: at most 255 characters of VALID_CHARS (letters, digits, ":-_.\\").
 _UNIT_NAME_RE = re.compile(
     r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\@-]+)?"
     r"\.(service|socket|target|device|mount|automount|swap|timer|path|slice|scope)"
