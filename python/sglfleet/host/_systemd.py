@@ -75,6 +75,34 @@ def list_units(pattern: str, *, states: Sequence[str] = (), systemctl: Systemctl
     return [line.split()[0] for line in systemctl(argv).splitlines() if line.split()]
 
 
+#: src/basic/time-util.c `format_timespan`'s units (v252 :501-515), in microseconds.
+_TIMESPAN_USEC = {
+    "y": 31_557_600_000_000,
+    "month": 2_629_800_000_000,
+    "w": 604_800_000_000,
+    "d": 86_400_000_000,
+    "h": 3_600_000_000,
+    "min": 60_000_000,
+    "s": 1_000_000,
+    "ms": 1_000,
+    "us": 1,
+}
+_TIMESPAN_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(y|month|w|d|h|min|s|ms|us)")
+
+
+def parse_timespan(text: str) -> int | None:
+    """Microseconds of a time span as `systemctl show` prints a ...USec property (`1min 30s`, `500ms`,
+    `0`); None for `infinity` or a text that is no time span."""
+    text = text.strip()
+    if text == "0":
+        return 0
+    parts = text.split()
+    matches = [_TIMESPAN_PART_RE.fullmatch(part) for part in parts]
+    if not parts or not all(matches):
+        return None
+    return round(sum(float(m[1]) * _TIMESPAN_USEC[m[2]] for m in matches if m))
+
+
 # --- EnvironmentFile= ----------------------------------------------------------------------------
 
 

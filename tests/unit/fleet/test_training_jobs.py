@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,9 @@ from sglfleet.fleet import (
     compile_patterns,
     discover,
     matching_processes,
+    signal_number,
     still_alive,
+    stop_settings_problems,
 )
 from sglfleet.host import process_alive
 
@@ -114,3 +116,27 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
         wait_until(lambda: not process_alive(zombie.pid), timeout=5, what="the exited child not alive")
     finally:
         zombie.wait()
+
+
+def test_stop_settings_that_another_drop_in_overrides_are_named() -> None:
+    # systemctl show prints KillSignal as a number and TimeoutStopUSec as a time span (format_timespan).
+    shown = {
+        "train.service": "KillSignal=15\nTimeoutStopUSec=1min 30s\nSendSIGKILL=yes\nDropInPaths=/run/a.conf",
+        "other.service": (
+            "KillSignal=2\nTimeoutStopUSec=1min 30s\nSendSIGKILL=no\n"
+            "DropInPaths=/run/systemd/system/other.service.d/zz-sglfleet-training-stop.conf "
+            "/etc/systemd/system/other.service.d/zzz.conf\n"
+        ),
+    }
+
+    def systemctl(argv: Sequence[str]) -> str:
+        return "\n\n".join(shown[u] for u in argv[3:])  # one block per unit, blank lines between
+
+    assert stop_settings_problems(["train"], "SIGTERM", 90, systemctl) == []
+    assert stop_settings_problems(["train.service"], "TERM", 90, systemctl) == []
+    problems = stop_settings_problems(["train", "other"], "15", 30, systemctl)
+    assert problems[0] == "train.service: TimeoutStopUSec=1min 30s (asked for 30s); drop-ins: /run/a.conf"
+    assert problems[1].startswith("other.service: KillSignal=2 (asked for 15, 15), TimeoutStopUSec=")
+    assert "SendSIGKILL=no (asked for yes); drop-ins: " in problems[1] and "zzz.conf" in problems[1]
+    with pytest.raises(ValueError, match="'SIGNOPE' is not a signal name"):
+        signal_number("SIGNOPE")

@@ -180,3 +180,11 @@ def test_read_env_file_refuses_invalid_utf8_naming_file_and_line(tmp_path: Path)
         systemd.read_env_file(path)
     path.write_bytes(b"# caf\xe9\nA=1\n")
     assert systemd.read_env_file(path).values == {"A": "1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "usec"),
+    [("0", 0), ("3s", 3_000_000), ("1min 30s", 90_000_000), ("1h 500ms", 3_600_500_000), ("infinity", None)],
+)
+def test_parse_timespan_reads_what_systemctl_show_prints(text: str, usec: int | None) -> None:
+    assert systemd.parse_timespan(text) == usec
