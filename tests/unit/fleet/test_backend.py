@@ -175,6 +175,13 @@ def test_module_decides_from_the_gpus_and_reads_the_env_file(tmp_path: Path, smi
         "sglang_backend", {**args, "env_file": str(tmp_path / "absent.env")}, tmp_path, env=smi_env
     )
     assert (missing["env"], missing["env_exists"]) == ({}, False)
+    # systemd refuses a file whose values are not UTF-8 (env-file.c check_utf8ness_and_warn): named
+    env_file.write_bytes(b"CUDA_HOME=/opt/cuda-13.2\r\nSGLANG_ATTENTION_BACKEND=fl\xe4shinfer\r\n")
+    bad = run_module("sglang_backend", args, tmp_path, env=smi_env)
+    assert (
+        bad["failed"]
+        and f"{env_file}:2: invalid UTF-8 in the value of SGLANG_ATTENTION_BACKEND" in bad["msg"]
+    )
 
 
 def test_module_refuses_fa3_on_the_gpus_and_needs_no_gpu_for_an_inventory_capability(
