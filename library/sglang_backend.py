@@ -162,7 +162,7 @@ from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
     from sglfleet.fleet import BackendError, GpuQueryError, decide_backend, observe_torch_cuda, query_gpus
-    from sglfleet.host import parse_env_file
+    from sglfleet.host import EnvFileError, read_env_file
 
 
 def main():
@@ -212,10 +212,11 @@ def main():
     if p["env_file"]:
         path = Path(p["env_file"])
         try:
-            text = path.read_text()
-            result.update(env=parse_env_file(text).values, env_exists=True)
+            result.update(env=read_env_file(path).values, env_exists=True)
         except FileNotFoundError:
             result.update(env={}, env_exists=False)
+        except EnvFileError as exc:
+            module.fail_json(msg=f"cannot read the EnvironmentFile: {exc}")
         except OSError as exc:
             module.fail_json(msg=f"{path}: cannot read the EnvironmentFile: {exc.strerror or exc}")
     module.exit_json(**result)

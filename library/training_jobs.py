@@ -36,6 +36,16 @@ options:
     type: list
     elements: int
     default: []
+  stop_signal:
+    description:
+      - With I(stop_timeout), check that systemd would stop each of the running I(units) with this signal
+        (C(SIGTERM), C(TERM) or C(15)), I(stop_timeout) seconds and a final SIGKILL, as C(systemctl show)
+        says; fail naming each unit, the settings in effect and its drop-ins when it would not (a drop-in
+        whose name sorts later sets them again).
+    type: str
+  stop_timeout:
+    description: The seconds I(stop_signal) is checked with.
+    type: int
 extends_documentation_fragment:
   - attributes
   - attributes.read_only
@@ -106,7 +116,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import PatternError, discover, still_alive
+    from sglfleet.fleet import PatternError, discover, still_alive, stop_settings_problems
 
 
 def main():
@@ -115,7 +125,10 @@ def main():
             "units": {"type": "list", "elements": "str", "default": []},
             "patterns": {"type": "list", "elements": "str", "default": []},
             "pids": {"type": "list", "elements": "int", "default": []},
+            "stop_signal": {"type": "str"},
+            "stop_timeout": {"type": "int"},
         },
+        required_together=[("stop_signal", "stop_timeout")],
         supports_check_mode=True,
     )
     SGLFLEET.require(module)
@@ -124,6 +137,22 @@ def main():
     except PatternError as exc:
         module.fail_json(msg=str(exc))
     alive = still_alive(module.params["units"], module.params["pids"])
+    if module.params["stop_signal"] is not None:
+        running = [u.Id for u in alive.units]
+        try:
+            problems = stop_settings_problems(
+                running, module.params["stop_signal"], module.params["stop_timeout"]
+            )
+        except ValueError as exc:
+            module.fail_json(msg=f"stop_signal: {exc}")
+        if problems:
+            module.fail_json(
+                msg="systemd would not stop the training units as asked: "
+                + "; ".join(problems)
+                + ". A drop-in whose file name sorts after ours sets these again (systemd.unit(5)): "
+                "remove those settings from it while the job is stopped",
+                problems=problems,
+            )
     module.exit_json(changed=False, alive=alive.as_dict(), **job.as_dict())
 
 

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPT = "/usr/local/lib/sglfleet-trainer.py"
 UNIT = "sglfleet-trainer.service"
 WORK = "/var/tmp/sglfleet-trainer"
-DROP_IN = f"/run/systemd/system/{UNIT}.d/50-sglfleet-training-stop.conf"
+DROP_IN = f"/run/systemd/system/{UNIT}.d/zz-sglfleet-training-stop.conf"
+ETC_DROP_INS = f"/etc/systemd/system/{UNIT}.d"
 GPU_PIDS = (
     "/var/tmp/fake-nvidia-smi.pids"  # what tests/integration/files/nvidia-smi lists as compute processes
 )
@@ -76,8 +77,8 @@ class Jobs:
 
     def cleanup(self) -> None:
         self.ct.run(
-            f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT}; systemctl daemon-reload;"
-            f" systemctl reset-failed {UNIT}; true",
+            f"systemctl stop {UNIT}; rm -rf /etc/systemd/system/{UNIT} {ETC_DROP_INS};"
+            f" systemctl daemon-reload; systemctl reset-failed {UNIT}; true",
             check=False,
         )
         for pid in self.pids:
@@ -174,6 +175,31 @@ def test_job_ignoring_sigterm_is_killed_after_the_timeout(ansible: Ansible, jobs
     evidence = ledger(jobs.ct)["evidence"]
     assert f"pid {pid}" in evidence["killed"]
     assert f"unit {UNIT}" in evidence["killed"]
+
+
+def test_the_stop_settings_win_over_override_conf_and_a_later_drop_in_is_refused(
+    ansible: Ansible, jobs: Jobs
+) -> None:
+    # systemd.unit(5): drop-ins apply in the lexicographic order of their names, whatever their directory.
+    # `systemctl edit` writes override.conf, which sorts before ours (zz-...): ours wins. A drop-in that
+    # sorts after ours would win; the role sees it in `systemctl show` and refuses before stopping anything.
+    unit_pid = jobs.start_unit("unit")
+    jobs.ct.put(f"{ETC_DROP_INS}/zzz-local.conf", "[Service]\nKillSignal=SIGINT\n")
+    jobs.ct.run("systemctl daemon-reload")
+    refused = stop_training(ansible)
+    assert refused.rc != 0, refused.explain()
+    assert "systemd would not stop the training units as asked" in refused.output, refused.explain()
+    assert "KillSignal=2 (asked for SIGTERM, 15)" in refused.output, refused.explain()
+    assert f"{ETC_DROP_INS}/zzz-local.conf" in refused.output, refused.explain()
+    assert jobs.alive(unit_pid) and jobs.checkpoint("unit") is None
+    assert jobs.ct.run(f"test -e {DROP_IN}", check=False).returncode != 0, "the runtime drop-in was left"
+
+    jobs.ct.run(f"mv {ETC_DROP_INS}/zzz-local.conf {ETC_DROP_INS}/override.conf && systemctl daemon-reload")
+    run = stop_training(ansible)
+    assert run.rc == 0, run.explain()
+    ckpt = jobs.checkpoint("unit")
+    assert ckpt is not None and ckpt["signal"] == "SIGTERM", run.explain()
+    assert jobs.ct.unit_props(UNIT, ["KillSignal"]) == {"KillSignal": "2"}, "override.conf is in effect again"
 
 
 def test_waits_until_no_compute_process_holds_a_gpu(

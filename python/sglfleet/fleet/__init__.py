@@ -88,7 +88,9 @@ if TYPE_CHECKING:
         compile_patterns,
         discover,
         matching_processes,
+        signal_number,
         still_alive,
+        stop_settings_problems,
     )
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

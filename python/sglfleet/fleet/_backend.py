@@ -58,7 +58,8 @@ DEFAULT_BACKEND = "flashinfer"
 
 
 class Refusal(BaseModel):
-    """Where a backend runs, and what is said when it is asked to run elsewhere."""
+    """Where a backend runs, and what is said when it is asked to run elsewhere: `message` names whose
+    rule it is (SGLang's own check, or sglfleet's, with the upstream line it rests on)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -66,18 +67,48 @@ class Refusal(BaseModel):
     message: str
 
 
-#: Backends that cannot run on every compute capability: an override naming one is refused on the others.
-REFUSED: Mapping[str, Refusal] = {
-    "fa3": Refusal(
-        capabilities=frozenset({"8.0", "8.6", "8.7", "8.9", "9.0"}),
-        message="FlashAttention v3 Backend requires SM>=80 and SM<=90",
+_BLACKWELL = frozenset({"10.0", "10.3", "11.0", "12.0", "12.1"})
+
+#: Backends that cannot run on every compute capability: an override naming one is refused on the
+#: others. Each backend's refusals are checked in order, SGLang's own first.
+REFUSED: Mapping[str, tuple[Refusal, ...]] = {
+    "fa3": (
+        Refusal(
+            capabilities=frozenset({"8.0", "8.6", "8.7", "8.9", "9.0"}),
+            message='SGLang 0.5.12 refuses it: "FlashAttention v3 Backend requires SM>=80 and SM<=90" '
+            "(srt/layers/attention/attention_registry.py:151-155)",
+        ),
     ),
-    "fa4": Refusal(capabilities=frozenset({"10.0", "10.3"}), message="FA4 kernels are SM100-only"),
-    "trtllm_mha": Refusal(
-        capabilities=frozenset({"10.0", "10.3"}), message="TRT-LLM MHA kernels are SM100-only"
+    "fa4": (
+        Refusal(
+            capabilities=frozenset({"9.0", "10.0", "10.3", "11.0"}),
+            message="sglfleet refuses it (SGLang 0.5.12 does not check): the flash-attn-4 4.0.0b9 kernels "
+            'it runs assert "Paged KV not supported on SM 12.0" (flash_attn/cute/interface.py:799) and '
+            '"paged KV not supported on SM 8.0" (:714), and SGLang\'s KV cache is paged',
+        ),
     ),
-    "trtllm_mla": Refusal(
-        capabilities=frozenset({"10.0", "10.3"}), message="TRT-LLM MLA kernels are SM100-only"
+    "trtllm_mha": (
+        Refusal(
+            capabilities=frozenset({"10.0", "10.3"}),
+            message='SGLang 0.5.12 refuses it: "TRTLLM MHA backend for prefill is only supported on '
+            'Blackwell GPUs (SM100)" (srt/server_args.py:2763-2766; is_sm100_supported is major 10, srt/utils/common.py:259-263)',
+        ),
+    ),
+    "trtllm_mla": (
+        Refusal(
+            capabilities=_BLACKWELL,
+            message='SGLang 0.5.12 refuses it: "TRTLLM MLA backend is only supported on Blackwell GPUs '
+            '(SM100/SM12x)" (srt/server_args.py:2713-2720, is_blackwell_supported = majors 10, 11, 12 '
+            "with CUDA >= 12.8, srt/utils/common.py:247-253)",
+        ),
+        Refusal(
+            capabilities=frozenset({"10.0", "10.3"}),
+            message="sglfleet refuses it off SM10x, though SGLang 0.5.12 accepts it on SM11x/SM12x "
+            "(srt/server_args.py:2713-2720): its prefill calls flashinfer's trtllm_ragged_attention_deepseek "
+            "(srt/layers/attention/trtllm_mla_backend.py:839) with that function's default trtllm-gen "
+            "kernels (flashinfer 0.6.11.post1 prefill.py:3772), which flashinfer's own MLA decode picks only "
+            "on major 10 (XQA elsewhere, mla/_core.py:683-686); not tried on an SM12x GPU",
+        ),
     ),
 }
 
@@ -178,13 +209,13 @@ def choose_backend(caps: tuple[str, ...], override: str = "") -> tuple[str, str]
         backend, source = BY_CAPABILITY[first.split(".")[0]], f"compute capability {first.split('.')[0]}.x"
     else:
         backend, source = DEFAULT_BACKEND, f"the default (compute capability {first} has no entry)"
-    refusal = REFUSED.get(backend)
-    if refusal is not None and not set(caps) <= refusal.capabilities:
-        raise BackendError(
-            f"sglang_attention_backend '{backend}' cannot run on compute capability {', '.join(caps)}: "
-            f'SGLang refuses it with "{refusal.message}". Leave sglang_attention_backend empty (SM12x gets '
-            "flashinfer) or pick flashinfer/triton."
-        )
+    for refusal in REFUSED.get(backend, ()):
+        if not set(caps) <= refusal.capabilities:
+            raise BackendError(
+                f"sglang_attention_backend '{backend}' cannot run on compute capability {', '.join(caps)}: "
+                f"{refusal.message}. Leave sglang_attention_backend empty (SM12x gets flashinfer) or pick "
+                "flashinfer/triton."
+            )
     return backend, source
 
 

@@ -209,6 +209,8 @@ def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
             values = systemd.read_env_file(config_dir / f"instance-{i}.env").values
         except OSError:
             continue
+        except systemd.EnvFileError as exc:
+            raise ResumeError(f"instance {i} cannot start: {exc}") from None
         for word in values.get("CUDA_VISIBLE_DEVICES", "").split(","):
             if word.strip().isdigit():
                 gpus.add(int(word))
@@ -323,6 +325,8 @@ def environment_file_overrides(unit: str, names: Sequence[str], systemctl: syste
                 env_file = systemd.read_env_file(Path(path))
             except OSError:
                 continue  # a file that is not there sets nothing (systemd fails the start itself unless "-")
+            except systemd.EnvFileError as exc:
+                raise ResumeError(f"{unit} cannot start: {exc}") from None
             found += [f"{path}:{a.line} sets {a.name}" for a in env_file.assignments if a.name in names]
     return found
 

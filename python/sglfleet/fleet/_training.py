@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -183,3 +184,48 @@ def discover(
     running = {u.Id for u in found_units if u.running}
     processes = [p for p in matching_processes(patterns, proc) if p.unit not in running]
     return TrainingJob(units=tuple(found_units), processes=tuple(processes))
+
+
+#: What `stop_settings_problems` reads back (DropInPaths names the files that may have overridden ours).
+STOP_PROPERTIES = ("Id", "KillSignal", "TimeoutStopUSec", "SendSIGKILL", "DropInPaths")
+
+
+def signal_number(name: str) -> int:
+    """`SIGTERM`, `TERM` or `15` -> 15, as systemd's `signal_from_string` and `kill -s` read it;
+    ValueError for a name that is no signal."""
+    if name.strip().isdigit():
+        return int(name)
+    upper = name.strip().upper()
+    try:
+        return signal.Signals[upper if upper.startswith("SIG") else f"SIG{upper}"].value
+    except KeyError:
+        raise ValueError(f"{name!r} is not a signal name") from None
+
+
+def stop_settings_problems(
+    unit_names: Sequence[str],
+    signal_name: str,
+    timeout_s: int,
+    systemctl: systemd.Systemctl = systemd.query,
+) -> list[str]:
+    """Which of the units systemd would not stop with `signal_name`, `timeout_s` and a final SIGKILL (what
+    the training_stop drop-in asks for): a drop-in that sorts after it (systemd.unit(5): drop-ins apply in
+    the lexicographic order of their file names, whatever directory they are in) may set them again.
+    `systemctl show` prints KillSignal as a number and TimeoutStopUSec as a time span."""
+    want_signal = signal_number(signal_name)
+    want_usec = timeout_s * 1_000_000
+    names = [systemd.unit_name(u) for u in unit_names]
+    problems = []
+    for name, shown in zip(names, systemd.show(names, STOP_PROPERTIES, systemctl), strict=True):
+        wrong = []
+        if shown.get("KillSignal") != str(want_signal):
+            wrong.append(
+                f"KillSignal={shown.get('KillSignal', '?')} (asked for {signal_name}, {want_signal})"
+            )
+        if systemd.parse_timespan(shown.get("TimeoutStopUSec", "")) != want_usec:
+            wrong.append(f"TimeoutStopUSec={shown.get('TimeoutStopUSec', '?')} (asked for {timeout_s}s)")
+        if shown.get("SendSIGKILL") != "yes":
+            wrong.append(f"SendSIGKILL={shown.get('SendSIGKILL', '?')} (asked for yes)")
+        if wrong:
+            problems.append(f"{name}: {', '.join(wrong)}; drop-ins: {shown.get('DropInPaths') or 'none'}")
+    return problems

@@ -17,6 +17,6 @@ from sglfleet._lazy import attach
 # (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
     from sglfleet.host._procfs import alive as process_alive
-    from sglfleet.host._systemd import EnvFile, parse_env_file, read_env_file
+    from sglfleet.host._systemd import EnvFile, EnvFileError, parse_env_file, read_env_file
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

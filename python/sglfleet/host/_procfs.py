@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -39,17 +40,65 @@ def environ(pid: int, proc: Path = PROC) -> dict[str, str]:
     return {k: v for k, v in pairs}
 
 
-def unit(pid: int, proc: Path = PROC) -> str:
-    """The systemd unit (service or scope) whose cgroup holds the process ("" when none)."""
+#: src/basic/unit-name.c `unit_name_is_valid(name, UNIT_NAME_PLAIN|UNIT_NAME_INSTANCE)`: a prefix, an
+#: optional non-empty instance after the first "@", and a unit type's suffix (src/basic/unit-def.c),
+#: at most 255 characters of VALID_CHARS (letters, digits, ":-_.\\").
+_UNIT_NAME_RE = re.compile(
+    r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\@-]+)?"
+    r"\.(service|socket|target|device|mount|automount|swap|timer|path|slice|scope)"
+)
+
+
+def _cgroup_path(pid: int | str, proc: Path) -> str | None:
+    """The process's cgroup in systemd's hierarchy: the name=systemd line on cgroup v1 (hybrid too),
+    else the unified "0::" line (src/basic/cgroup-util.c v252 `cg_pid_get_path`)."""
     try:
         text = (proc / str(pid) / "cgroup").read_text()
     except OSError:
+        return None
+    paths = dict(line.split(":", 2)[1:] for line in text.splitlines() if line.count(":") >= 2)
+    return paths.get("name=systemd", paths.get(""))
+
+
+def _unescape(name: str) -> str:
+    """cgroup-util.c `cg_unescape`: systemd prefixes "_" to a cgroup name that could clash."""
+    return name[1:] if name.startswith("_") else name
+
+
+def _is_unit(name: str, *, slice_only: bool = False) -> bool:
+    ok = len(name) <= 255 and _UNIT_NAME_RE.fullmatch(name) is not None
+    # valid_slice_name (cgroup-util.c v252:1140-1160): UNIT_NAME_PLAIN, so no instance
+    return ok and (not slice_only or (name.endswith(".slice") and "@" not in name))
+
+
+def unit(pid: int, proc: Path = PROC) -> str:
+    """The systemd unit whose cgroup holds the process ("" when none), as systemd names it
+    (`systemctl status PID`, `ps -o unit`): cgroup-util.c v252 `cg_pid_get_unit` (:1202-1213), which
+    shifts the path by PID 1's root (`cg_pid_get_path_shifted`, `cg_get_root_path` :1034-1113), skips
+    the leading slices (`skip_slices` :1162-1178) and takes the next component if it is a unit name
+    that is no slice (`cg_path_get_unit` :1180-1200, `cg_path_decode_unit` :1115-1138). A process of a
+    user's service (`/user.slice/user-1000.slice/user@1000.service/app.slice/x.service`) is therefore
+    in the system unit `user@1000.service`, not in a system `x.service`."""
+    path = _cgroup_path(pid, proc)
+    if path is None:
         return ""
-    for line in text.splitlines():
-        for part in reversed(line.rsplit(":", 1)[-1].split("/")):
-            if part.endswith((".service", ".scope")):
-                return part
-    return ""
+    root = _cgroup_path(1, proc) or "/"
+    for leaf in ("/init.scope", "/system.slice", "/system"):
+        if root.endswith(leaf):
+            root = root.removesuffix(leaf)
+            break
+    root = root.rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root) :]
+    parts = [p for p in path.split("/") if p]
+    while parts and _is_unit(_unescape(parts[0]), slice_only=True):
+        parts.pop(0)
+    if not parts:
+        return ""
+    name = _unescape(parts[0])
+    if len(parts[0]) < 3 or not _is_unit(name) or name.endswith(".slice"):
+        return ""
+    return name
 
 
 def _stat_fields(pid: int, proc: Path) -> list[str] | None:

@@ -28,6 +28,8 @@ _SHELL_NEED_ESCAPE = '"\\`$'
 NO_EQUALS = "no '=' in the line"
 #: env-util.c `env_name_is_valid`: letters, digits and "_", not starting with a digit.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A byte that is not UTF-8, as `bytes.decode(errors="surrogateescape")` keeps it.
+_UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
 
 def run(argv: Sequence[str], *, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
@@ -73,7 +75,40 @@ def list_units(pattern: str, *, states: Sequence[str] = (), systemctl: Systemctl
     return [line.split()[0] for line in systemctl(argv).splitlines() if line.split()]
 
 
+#: src/basic/time-util.c `format_timespan`'s units (v252 :501-515), in microseconds.
+_TIMESPAN_USEC = {
+    "y": 31_557_600_000_000,
+    "month": 2_629_800_000_000,
+    "w": 604_800_000_000,
+    "d": 86_400_000_000,
+    "h": 3_600_000_000,
+    "min": 60_000_000,
+    "s": 1_000_000,
+    "ms": 1_000,
+    "us": 1,
+}
+_TIMESPAN_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(y|month|w|d|h|min|s|ms|us)")
+
+
+def parse_timespan(text: str) -> int | None:
+    """Microseconds of a time span as `systemctl show` prints a ...USec property (`1min 30s`, `500ms`,
+    `0`); None for `infinity` or a text that is no time span."""
+    text = text.strip()
+    if text == "0":
+        return 0
+    parts = text.split()
+    matches = [_TIMESPAN_PART_RE.fullmatch(part) for part in parts]
+    if not parts or not all(matches):
+        return None
+    return round(sum(float(m[1]) * _TIMESPAN_USEC[m[2]] for m in matches if m))
+
+
 # --- EnvironmentFile= ----------------------------------------------------------------------------
+
+
+class EnvFileError(ValueError):
+    """An EnvironmentFile= that systemd refuses as a whole, so the unit does not start (its file and line
+    are in the message)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +148,12 @@ class _Parser:
     v254, a comment line that ends in a backslash went on to the next line). One method per state; each
     takes one character and returns the next state."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, source: str = "<text>") -> None:
         self.text = text
-        self.lines = text.splitlines()
+        self.source = source
+        # Lines as the line numbers count them: only "\n" ends one (str.splitlines also breaks on \r,
+        # \v, \f, \x1c-\x1e, \x85, \u2028 and \u2029, which are ordinary characters to systemd).
+        self.lines = text.split("\n")
         self.assignments: list[EnvAssignment] = []
         self.ignored: list[EnvIgnored] = []
         self.key: list[str] = []
@@ -164,6 +202,16 @@ class _Parser:
         value = "".join(
             self.value[: self.last_value_ws] if chomp and self.last_value_ws is not None else self.value
         )
+        # env-file.c `check_utf8ness_and_warn` (v252:273-296, called for every pushed key and value,
+        # v252:370-372): invalid UTF-8 fails the whole file, and the unit with it.
+        if _UNDECODABLE_RE.search(key):
+            raise EnvFileError(
+                f"{self.source}:{self.start}: invalid UTF-8 in the name {key!r}; systemd refuses the file"
+            )
+        if _UNDECODABLE_RE.search(value):
+            raise EnvFileError(
+                f"{self.source}:{self.start}: invalid UTF-8 in the value of {key}; systemd refuses the file"
+            )
         if ENV_NAME_RE.match(key):
             self.assignments.append(EnvAssignment(key, value, self.start))
             return
@@ -267,8 +315,11 @@ def parse_env_file(text: str) -> EnvFile:
 
 
 def read_env_file(path: Path) -> EnvFile:
-    """`parse_env_file` of the file (OSError when it cannot be read)."""
-    return parse_env_file(path.read_text(errors="replace"))
+    """`parse_env_file` of the file's bytes (OSError when it cannot be read; EnvFileError, naming the file
+    and line, when a name or value is not UTF-8, which systemd refuses). The bytes are decoded as they are:
+    no newline translation, since a "\r" is a newline to systemd only where env-file.c says so."""
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    return _Parser(text, str(path)).parse()
 
 
 def quote(value: str) -> str:

@@ -70,7 +70,9 @@ def test_an_override_the_gpus_refuse_is_named_with_sglangs_words() -> None:
         decide(capability="12.0", attention_backend="fa3")
     assert "'fa3' cannot run on compute capability 12.0" in str(err.value)
     assert "FlashAttention v3 Backend requires SM>=80 and SM<=90" in str(err.value)
-    with pytest.raises(backend.BackendError, match="TRT-LLM MHA kernels are SM100-only"):
+    with pytest.raises(
+        backend.BackendError, match=r'SGLang 0\.5\.12 refuses it: "TRTLLM MHA backend for prefill'
+    ):
         decide(capability="9.0", attention_backend="trtllm_mha")
     assert decide(capability="9.0", attention_backend="fa3").attention_backend == "fa3"
     assert (
@@ -173,6 +175,13 @@ def test_module_decides_from_the_gpus_and_reads_the_env_file(tmp_path: Path, smi
         "sglang_backend", {**args, "env_file": str(tmp_path / "absent.env")}, tmp_path, env=smi_env
     )
     assert (missing["env"], missing["env_exists"]) == ({}, False)
+    # systemd refuses a file whose values are not UTF-8 (env-file.c check_utf8ness_and_warn): named
+    env_file.write_bytes(b"CUDA_HOME=/opt/cuda-13.2\r\nSGLANG_ATTENTION_BACKEND=fl\xe4shinfer\r\n")
+    bad = run_module("sglang_backend", args, tmp_path, env=smi_env)
+    assert (
+        bad["failed"]
+        and f"{env_file}:2: invalid UTF-8 in the value of SGLANG_ATTENTION_BACKEND" in bad["msg"]
+    )
 
 
 def test_module_refuses_fa3_on_the_gpus_and_needs_no_gpu_for_an_inventory_capability(
@@ -196,3 +205,26 @@ def test_module_documentation_renders() -> None:
     doc = module_doc("sglang_backend")
     assert_examples_use_documented_options("sglang_backend", doc)
     assert {"attention_backend", "torch_cuda", "cccl_override", "env"} <= set(doc["return"])
+
+
+def test_each_refusal_says_whose_rule_it_is() -> None:
+    # trtllm_mla: SGLang refuses it off Blackwell (server_args.py:2713-2720); on SM12x, which SGLang
+    # accepts, the refusal is sglfleet's and says so.
+    with pytest.raises(
+        backend.BackendError, match=r'SGLang 0\.5\.12 refuses it: "TRTLLM MLA backend is only'
+    ):
+        decide(capability="9.0", attention_backend="trtllm_mla")
+    with pytest.raises(backend.BackendError) as sm120:
+        decide(capability="12.0", attention_backend="trtllm_mla")
+    assert "sglfleet refuses it off SM10x, though SGLang 0.5.12 accepts it" in str(sm120.value)
+    assert decide(capability="10.0", attention_backend="trtllm_mla").attention_backend == "trtllm_mla"
+    # fa4: SGLang does not check; flash-attn-4 asserts against paged KV on SM 12.0 and SM 8.x, not SM 9.0.
+    with pytest.raises(backend.BackendError) as fa4:
+        decide(capability="12.0", attention_backend="fa4")
+    assert "sglfleet refuses it (SGLang 0.5.12 does not check)" in str(fa4.value)
+    assert '"Paged KV not supported on SM 12.0"' in str(fa4.value)
+    assert decide(capability="9.0", attention_backend="fa4").attention_backend == "fa4"
+    for refusals in backend.REFUSED.values():
+        assert all(
+            r.message.startswith(("SGLang 0.5.12 refuses it", "sglfleet refuses it")) for r in refusals
+        )

@@ -242,6 +242,22 @@ def test_an_environment_file_that_sets_a_planned_name_is_refused(tmp_path: Path)
     assert "RESUME_FROM" not in str(refused.value) and "WANDB_PROJECT" not in str(refused.value)
 
 
+def test_an_environment_file_systemd_refuses_is_named_in_the_refusal(tmp_path: Path) -> None:
+    # env-file.c check_utf8ness_and_warn: a value that is not UTF-8 fails the whole file, so the unit (or
+    # the kept instance) would not start; the modules report a ResumeError, so that is what comes back.
+    bad = tmp_path / "bad.env"
+    bad.write_bytes(b"TRAIN_DATA=caf\xe9\n")
+    systemd = Systemd({"train.service": ("inactive", "enabled")}, env_files={"train.service": [str(bad)]})
+    args = {"units": ["train"], "command": "", "dataset": "/d.jsonl", "checkpoint": "/c"}
+    with pytest.raises(ResumeError, match=rf"train.service cannot start: {bad}:1: invalid UTF-8"):
+        launch_plan(environment={"TRAIN_DATA": "{dataset}"}, systemctl=systemd, **args)
+    config = _fleet(tmp_path, ["0", "1"])
+    (config / "instance-0.env").write_bytes(b"CUDA_VISIBLE_DEVICES=0\xff\n")
+    fleet = Systemd({"sglang@0.service": ("active", "enabled"), "sglang@1.service": ("active", "enabled")})
+    with pytest.raises(ResumeError, match=r"instance 0 cannot start: .*instance-0.env:1: invalid UTF-8"):
+        fleet_plan(config, [0], systemctl=fleet, proc=tmp_path)
+
+
 def test_a_bare_process_resumes_as_a_transient_unit_with_quoted_paths() -> None:
     systemd = Systemd({})
     plan = launch_plan(

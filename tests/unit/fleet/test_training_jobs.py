@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,9 @@ from sglfleet.fleet import (
     compile_patterns,
     discover,
     matching_processes,
+    signal_number,
     still_alive,
+    stop_settings_problems,
 )
 from sglfleet.host import process_alive
 
@@ -56,6 +58,9 @@ def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None
     for pid, cgroup in (
         (10, "0::/system.slice/train.service\n"),
         (11, "0::/user.slice/user-0.slice/session-3.scope\n"),
+        # A user's own train.service (systemctl --user) is not the system's: systemd puts it in user@1000
+        # (cgroup-util.c v252 cg_path_get_unit), and stopping the system unit leaves it running.
+        (12, "0::/user.slice/user-1000.slice/user@1000.service/app.slice/train.service\n"),
     ):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / f"{pid}/cmdline").write_bytes(b"python\0train.py\0")
@@ -66,9 +71,9 @@ def test_processes_of_a_running_unit_are_stopped_with_it(tmp_path: Path) -> None
     job = discover(["train", "gone.service"], ["train[.]py"], systemctl=lambda argv: show, proc=tmp_path)
     out = job.as_dict()
     assert [u["Id"] for u in out["running_units"]] == ["train.service"]
-    assert [p["pid"] for p in out["processes"]] == [11]
+    assert [p["pid"] for p in out["processes"]] == [11, 12]
     assert out["loaded_units"] == ["train"]
-    assert out["targets"] == ["unit train.service", "process 11"]
+    assert out["targets"] == ["unit train.service", "process 11", "process 12"]
 
 
 def test_a_bad_pattern_is_named() -> None:
@@ -111,3 +116,27 @@ def test_still_alive_names_running_units_and_live_processes(job: tuple[subproces
         wait_until(lambda: not process_alive(zombie.pid), timeout=5, what="the exited child not alive")
     finally:
         zombie.wait()
+
+
+def test_stop_settings_that_another_drop_in_overrides_are_named() -> None:
+    # systemctl show prints KillSignal as a number and TimeoutStopUSec as a time span (format_timespan).
+    shown = {
+        "train.service": "KillSignal=15\nTimeoutStopUSec=1min 30s\nSendSIGKILL=yes\nDropInPaths=/run/a.conf",
+        "other.service": (
+            "KillSignal=2\nTimeoutStopUSec=1min 30s\nSendSIGKILL=no\n"
+            "DropInPaths=/run/systemd/system/other.service.d/zz-sglfleet-training-stop.conf "
+            "/etc/systemd/system/other.service.d/zzz.conf\n"
+        ),
+    }
+
+    def systemctl(argv: Sequence[str]) -> str:
+        return "\n\n".join(shown[u] for u in argv[3:])  # one block per unit, blank lines between
+
+    assert stop_settings_problems(["train"], "SIGTERM", 90, systemctl) == []
+    assert stop_settings_problems(["train.service"], "TERM", 90, systemctl) == []
+    problems = stop_settings_problems(["train", "other"], "15", 30, systemctl)
+    assert problems[0] == "train.service: TimeoutStopUSec=1min 30s (asked for 30s); drop-ins: /run/a.conf"
+    assert problems[1].startswith("other.service: KillSignal=2 (asked for 15, 15), TimeoutStopUSec=")
+    assert "SendSIGKILL=no (asked for yes); drop-ins: " in problems[1] and "zzz.conf" in problems[1]
+    with pytest.raises(ValueError, match="'SIGNOPE' is not a signal name"):
+        signal_number("SIGNOPE")

@@ -62,19 +62,41 @@ def test_ancestors_reach_this_process_from_a_child(sleeper: subprocess.Popen[byt
     assert {sleeper.pid, os.getpid(), os.getppid()} <= found
 
 
-def test_unit_is_the_innermost_service_or_scope(tmp_path: Path) -> None:
-    for pid, cgroup in (
-        (10, "0::/system.slice/system-sglang.slice/sglang@3.service\n"),
-        (11, "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope\n"),
-        (12, "12:pids:/\n1:name=systemd:/system.slice/train.service\n"),  # cgroup v1: the line that has one
-        (13, "0::/init.scope/payload\n"),
-        (14, "0::/\n"),
-    ):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(cgroup)
-    found = [procfs.unit(pid, tmp_path) for pid in (10, 11, 12, 13, 14)]
-    assert found == ["sglang@3.service", "session-3.scope", "train.service", "init.scope", ""]
+def _cgroups(proc: Path, cgroups: dict[int, str]) -> None:
+    for pid, cgroup in cgroups.items():
+        (proc / str(pid)).mkdir()
+        (proc / str(pid) / "cgroup").write_text(cgroup)
+
+
+def test_unit_is_the_one_systemd_names(tmp_path: Path) -> None:
+    # What systemd's cg_pid_get_unit answers (cgroup-util.c v252:1162-1213): the first component after
+    # the leading slices, "_"-unescaped; a user's own services are inside the system unit user@UID.
+    cases = {
+        10: ("0::/system.slice/system-sglang.slice/sglang@3.service\n", "sglang@3.service"),
+        11: ("0::/user.slice/user-0.slice/session-3.scope\n", "session-3.scope"),
+        12: ("12:pids:/\n1:name=systemd:/system.slice/train.service\n", "train.service"),  # v1: name=systemd
+        13: ("0::/init.scope/payload\n", "init.scope"),
+        14: ("0::/\n", ""),
+        15: ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.service\n", "user@1000.service"),
+        16: ("0::/system.slice/train.service/payload/inner.scope\n", "train.service"),
+        17: ("0::/system.slice/_cpu.service\n", "cpu.service"),  # cg_escape'd: "cpu" is a controller
+        18: ("0::/system.slice\n", ""),  # only slices: no unit
+        19: ("0::/lxc/200\n", ""),  # not a unit name: systemd says none (ps -o unit shows "-")
+    }
+    _cgroups(tmp_path, {pid: cgroup for pid, (cgroup, _) in cases.items()})
+    assert {pid: procfs.unit(pid, tmp_path) for pid in cases} == {pid: u for pid, (_, u) in cases.items()}
     assert isinstance(procfs.unit(os.getpid()), str)
+
+
+def test_unit_shifts_the_path_by_pid_1s_root(tmp_path: Path) -> None:
+    # cg_pid_get_path_shifted / cg_get_root_path (cgroup-util.c v252:1034-1113): a container without a
+    # cgroup namespace sees its PID 1 in /lxc/200/ns/init.scope, and paths below /lxc/200/ns are its own.
+    _cgroups(tmp_path, {
+        1: "0::/lxc/200/ns/init.scope\n",
+        20: "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope\n",
+        21: "0::/lxc/200/ns/system.slice/sglang@0.service\n",
+    })  # fmt: skip
+    assert [procfs.unit(pid, tmp_path) for pid in (20, 21)] == ["session-3.scope", "sglang@0.service"]
 
 
 def test_listeners_name_the_process_holding_the_port() -> None:

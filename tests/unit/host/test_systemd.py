@@ -152,3 +152,39 @@ def test_unit_name_adds_service_only_without_a_type() -> None:
     assert [systemd.unit_name(n) for n in ("train", "train.service", "s.scope", "a@b", "a@b.service")] == [
         "train.service", "train.service", "s.scope", "a@b.service", "a@b.service"
     ]  # fmt: skip
+
+
+def test_read_env_file_keeps_carriage_returns_where_systemd_sees_them(tmp_path: Path) -> None:
+    # systemd 252's parse_env_file_internal (compiled from env-file.c) gives A=x, B=1 and Q="a\r\nb":
+    # a backslash escapes the "\r" and the "\n" then ends the value; a quoted "\r\n" is kept as it is.
+    path = tmp_path / "x.env"
+    path.write_bytes(b'A=x\\\r\nB=1\r\nQ="a\r\nb"\r\n')
+    env = systemd.read_env_file(path)
+    assert env.values == {"A": "x", "B": "1", "Q": "a\r\nb"}
+    assert [(a.name, a.line) for a in env.assignments] == [("A", 1), ("B", 2), ("Q", 3)]
+
+
+def test_lines_are_counted_and_shown_by_newline_only() -> None:
+    # \v, \f, \x1c, \x85 and \u2028 are ordinary characters to systemd (str.splitlines breaks on them).
+    env = systemd.parse_env_file("A=1\x0bB=2\nC\x85D\n1BAD=x\n")
+    assert env.values == {"A": "1\x0bB=2"}
+    assert [(i.line, i.text) for i in env.ignored] == [(2, "C\x85D"), (3, "1BAD=x")]
+
+
+def test_read_env_file_refuses_invalid_utf8_naming_file_and_line(tmp_path: Path) -> None:
+    # env-file.c check_utf8ness_and_warn (v252:273-296, :370-372): the whole file fails; a comment is
+    # never pushed, so a bad byte there is fine.
+    path = tmp_path / "x.env"
+    path.write_bytes(b"# caf\xe9\nA=1\nB=caf\xe9\n")
+    with pytest.raises(systemd.EnvFileError, match=rf"^{path}:3: invalid UTF-8 in the value of B"):
+        systemd.read_env_file(path)
+    path.write_bytes(b"# caf\xe9\nA=1\n")
+    assert systemd.read_env_file(path).values == {"A": "1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "usec"),
+    [("0", 0), ("3s", 3_000_000), ("1min 30s", 90_000_000), ("1h 500ms", 3_600_500_000), ("infinity", None)],
+)
+def test_parse_timespan_reads_what_systemctl_show_prints(text: str, usec: int | None) -> None:
+    assert systemd.parse_timespan(text) == usec
