@@ -91,7 +91,8 @@ REFUSED: Mapping[str, tuple[Refusal, ...]] = {
         Refusal(
             capabilities=frozenset({"10.0", "10.3"}),
             message='SGLang 0.5.12 refuses it: "TRTLLM MHA backend for prefill is only supported on '
-            'Blackwell GPUs (SM100)" (srt/server_args.py:2763-2766; is_sm100_supported is major 10, srt/utils/common.py:259-263)',
+            'Blackwell GPUs (SM100)" (srt/server_args.py:2763-2766; is_sm100_supported is major 10, '
+            "srt/utils/common.py:259-263)",
         ),
     ),
     "trtllm_mla": (
