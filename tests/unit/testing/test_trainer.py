@@ -15,22 +15,14 @@ from sglfleet_testing.trainer import render_unit
 pytestmark = pytest.mark.timeout(30)
 
 
+def trainer_argv(ckpt: Path, *args: str) -> list[str]:
+    """The stand-in trainer checkpointing to `ckpt`, a step every 0.01 s."""
+    module = ["-u", "-m", "sglfleet_testing.trainer"]
+    return [sys.executable, *module, "--checkpoint", str(ckpt), "--step-seconds", "0.01", *args]
+
+
 def start(ckpt: Path, *args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-u",
-            "-m",
-            "sglfleet_testing.trainer",
-            "--checkpoint",
-            str(ckpt),
-            "--step-seconds",
-            "0.01",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = subprocess.Popen(trainer_argv(ckpt, *args), stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert "training" in proc.stdout.readline()  # the handlers are in place from here on
     return proc
@@ -116,16 +108,7 @@ def test_it_resumes_from_its_checkpoint_and_logs_the_rows_of_the_set_the_environ
         "PATH": "/usr/bin:/bin",
     }
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-u",
-            "-m",
-            "sglfleet_testing.trainer",
-            "--checkpoint",
-            str(ckpt),
-            "--step-seconds",
-            "0.01",
-        ],
+        trainer_argv(ckpt),
         stdout=subprocess.PIPE,
         text=True,
         env={**env, "PYTHONPATH": ":".join(sys.path)},
