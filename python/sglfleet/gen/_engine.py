@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import signal
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,7 +41,8 @@ from sglfleet.gen._formats import (
 )
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
 from sglfleet.gen._requests import RequestRunner, is_disk_full
-from sglfleet.gen._store import OutputStore, Resumed, StoreError
+from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
+from sglfleet.outpath import output_problem
 
 
 @dataclass
@@ -164,48 +163,23 @@ def _sampling_problems(p: GenParams) -> list[str]:
 
 def _path_problems(input_path: Path, output: Path) -> list[str]:
     problems = [] if input_path.is_file() else [f"input {input_path} is not a file"]
-    problems += _output_problems(output)
-    if output.resolve() == input_path.resolve():
-        problems.append("the output must not be the input")
-    return problems
+    return problems + _output_problems(output, input_path)
 
 
-def _output_problems(output: Path) -> list[str]:
-    """Why the output (or its manifest next to it) cannot be written, found before anything is sent:
-    the first of them that exists and is not a file, or else why its directory cannot take it."""
-    for path, what in ((output, "output"), (manifest.manifest_path(output), "the output's manifest")):
-        problem = _not_a_file(path, what)
+def _output_problems(output: Path, input_path: Path) -> list[str]:
+    """Why the output, its errors file or its manifest cannot be written, found before anything is
+    sent (:func:`sglfleet.outpath.output_problem`, the check mix and merge make too): the first of
+    them that is the input, is not a regular file (a directory, device, FIFO, socket, or a symlink
+    to one), is read-only, or cannot be created."""
+    for path, what in (
+        (output, "output"),
+        (errors_path(output), "the output's errors file"),
+        (manifest.manifest_path(output), "the output's manifest"),
+    ):
+        problem = output_problem(path, what, {"input": input_path}, hint="give a file path for --output")
         if problem is not None:
             return [problem]
-    problem = _unwritable_directory(output)
-    return [] if problem is None else [problem]
-
-
-def _not_a_file(path: Path, what: str) -> str | None:
-    """Why ``path`` cannot be written as a file; None when it can (or does not exist yet)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{what} {path}: {exc.strerror}"
-    if stat.S_ISREG(st.st_mode):
-        return None
-    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-    return f"{what} {path} is {kind}: give a file path for --output"
-
-
-def _unwritable_directory(output: Path) -> str | None:
-    """Why ``output`` cannot be created where it goes: the nearest directory above it that exists
-    (the missing ones are created) is no directory, or not writable; None when it can."""
-    parent = output.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"output {output}: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"output {output}: cannot write in {parent} (permission denied)"
-    return None
+    return []
 
 
 class _Interrupt:
