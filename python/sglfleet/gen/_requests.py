@@ -24,7 +24,7 @@ import orjson
 
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
-from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint
+from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint, PauseWatch
 from sglfleet.gen._formats import InputChanged, Request
 from sglfleet.gen._progress import Stats
 from sglfleet.gen._store import OutputStore
@@ -333,9 +333,14 @@ class RequestRunner:
     async def resend_stalled(self, interval: float) -> None:
         """Every ``interval`` s: take stalled endpoints out and re-send their requests elsewhere."""
         loop = asyncio.get_running_loop()
+        watch = PauseWatch(interval, loop.time())
         while True:
             await asyncio.sleep(interval)
-            for ep in self.pool.find_stalled(loop.time()):
+            now = loop.time()
+            paused = watch.tick(now)  # we were stopped (SIGSTOP): nobody could answer us meanwhile
+            if paused:
+                self.pool.forgive(paused)
+            for ep in self.pool.find_stalled(now):
                 self.pool.mark_stalled(ep)
                 for ticket in list(self.tickets.get(ep, ())):
                     if ticket.hedge is None and not ticket.settled:
