@@ -22,12 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from sglfleet.outpath import not_a_file
-
-
-def target(path: Path) -> Path:
-    """The file a write to ``path`` lands in: the one a symlink names, else ``path`` itself."""
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+from sglfleet.outpath import not_a_file, target
 
 
 def _temp_prefix(path: Path, pid: int) -> str:

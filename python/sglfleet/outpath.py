@@ -113,10 +113,28 @@ def output_problem(
     return None
 
 
+def target(path: Path) -> Path:
+    """The file a write to ``path`` lands in: the one a symlink names, else ``path`` itself.
+
+    The kernel resolves the link (``O_PATH``), not ``os.path.realpath``, so that ``fs.protected_symlinks``
+    applies: root writing to ``/tmp/out.jsonl`` does not follow another user's link there to a file of
+    its choice (EACCES instead). A dangling link is replaced itself, not followed to create a file."""
+    if not path.is_symlink():
+        return path
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return path
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
+
+
 def lock_path(path: Path) -> Path:
     """The lock file of ``path``: ``.NAME.lock`` next to the file the path names (it exists only while
     a writer holds it)."""
-    real = Path(os.path.realpath(path))
+    real = target(path)
     return real.with_name(f".{real.name}.lock")
 
 

@@ -21,10 +21,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from sglfleet.atomicio import atomic_writes, remove_stale_temporaries, target
+from sglfleet.atomicio import atomic_writes, remove_stale_temporaries
 from sglfleet.data._errors import DataError
 from sglfleet.exitcodes import ExitCode
-from sglfleet.outpath import OutputLocked, output_lock, output_problem
+from sglfleet.outpath import OutputLocked, output_lock, output_problem, target
 
 
 def report_paths(report: Path) -> tuple[Path, Path]:

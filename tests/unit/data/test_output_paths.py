@@ -256,3 +256,30 @@ def test_output_problem_names_the_path_and_what_it_is(tmp_path: Path) -> None:
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x.jsonl")
     assert output_problem(tmp_path / "dangling", "--output") is None  # what it names gets created
     assert output_problem(tmp_path / "new" / "x.jsonl", "--output") is None
+
+
+def _protected_symlinks() -> bool:
+    try:
+        return Path("/proc/sys/fs/protected_symlinks").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _protected_symlinks(), reason="needs root and fs.protected_symlinks"
+)
+def test_root_does_not_follow_another_users_link_in_a_sticky_directory(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A link planted in a /tmp-like directory by another user (here: nobody) towards a file of its
+    choice is not followed by root's write (the kernel's fs.protected_symlinks rule)."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = _link("out.jsonl", victim, shared)
+    os.lchown(planted, 65534, 65534)
+    assert main(["mix", "--config", str(lab / "lab-mix.yaml"), "--output", str(planted)]) != 0
+    assert victim.read_text() == "precious\n"
+    assert "Traceback" not in capsys.readouterr().err
