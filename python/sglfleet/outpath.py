@@ -57,7 +57,7 @@ def not_a_file(path: Path, label: str, hint: str = "give a file path") -> str | 
         return None
     what = kind_of(st.st_mode)
     if path.is_symlink():
-        what = f"a symlink to {os.path.realpath(path)}, {what}"
+        what = f"a symlink to {os.readlink(path)}, {what}"
     return f"{label} {path} is {what}: {hint}"
 
 
