@@ -12,6 +12,8 @@ from sglfleet.cli._common import (
     add_endpoint_args,
     api_key_from_args,
     endpoints_from_args,
+    non_negative_float,
+    positive_float,
     table_console,
 )
 from sglfleet.fleet import HEALTH_INTERVAL_S, FleetStatus, check_fleet, instance_table, join_gpu_memory
@@ -28,9 +30,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_endpoint_args(parser, count_required=True)
     parser.add_argument(
-        "--wait", type=float, default=0.0, help="keep probing up to this many seconds until healthy"
+        "--wait",
+        type=non_negative_float,
+        default=0.0,
+        help="keep probing up to this many seconds until healthy",
     )
-    parser.add_argument("--interval", type=float, default=HEALTH_INTERVAL_S, help="seconds between probes")
+    parser.add_argument(
+        "--interval", type=positive_float, default=HEALTH_INTERVAL_S, help="seconds between probes"
+    )
     parser.set_defaults(func=run)
 
 
