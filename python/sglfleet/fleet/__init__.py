@@ -61,8 +61,11 @@ if TYPE_CHECKING:
         remove_phase,
     )
     from sglfleet.fleet._resume import (
+        DROPIN_NAME,
+        OLD_DROPIN_NAMES,
         ResumeError,
         dataset_state,
+        environment_problems,
         file_digest,
         fleet_plan,
         gpus_not_free,
