@@ -6,6 +6,7 @@
 - `status`: the checklist and the instance table `sglfleet status` prints.
 - `backend`: the attention backend and torch's CUDA runtime for a host's compute capability.
 - `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
+- `wheels`: what the pinned SGLang wheels need of the interpreter and glibc (`install_problems`).
 - `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
 
@@ -95,5 +96,6 @@ if TYPE_CHECKING:
         still_alive,
         stop_settings_problems,
     )
+    from sglfleet.fleet._wheels import WHEELS, WheelNeed, install_problems, wheel_needs
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)
