@@ -85,10 +85,12 @@ if TYPE_CHECKING:
         render,
     )
     from sglfleet.fleet._training import (
+        LAUNCHER_KILL_AFTER_S,
         PatternError,
         TrainingJob,
         TrainingProcess,
         TrainingUnit,
+        checkpoint_time_warnings,
         compile_patterns,
         discover,
         matching_processes,
