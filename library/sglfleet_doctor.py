@@ -53,9 +53,16 @@ options:
         description: GPUs the host should have (C(pve_host_gpu_count), C(proxmox_lxc_gpu_count)).
         type: int
       min_branch:
-        description: The oldest driver branch that serves CUDA 13.
+        description: The oldest driver branch that serves CUDA 13, sglfleet.doctor MIN_BRANCH.
         type: int
         default: 580
+      full_driver:
+        description:
+          - The driver CUDA 13.2 lists (release notes, Table 3; sglfleet.doctor FULL_DRIVER). From
+            I(min_branch) up to it the row is a WARN, CUDA 13.x minor-version compatibility (SASS runs, 13.2
+            PTX does not JIT).
+        type: str
+        default: "595.58.03"
       disks:
         description: "Free space needed: C({path, need_gib, what}) each (the toolchain, the model, ...)."
         type: list
@@ -195,6 +202,7 @@ HOST_OPTIONS = {
     "gpus_expected": {"type": "bool", "default": True},
     "gpu_count": {"type": "int"},
     "min_branch": {"type": "int", "default": 580},
+    "full_driver": {"type": "str", "default": "595.58.03"},
     "disks": {"type": "list", "elements": "dict", "default": []},
     "ports": {"type": "list", "elements": "int", "default": []},
     "model": {"type": "dict"},
@@ -226,6 +234,7 @@ def _expect(entry):
         gpus_expected=entry["gpus_expected"],
         gpu_count=entry["gpu_count"],
         min_branch=entry["min_branch"],
+        full_driver=entry["full_driver"],
         disks=[
             DiskNeed(str(d["path"]), float(d["need_gib"]), str(d.get("what") or d["path"]))
             for d in entry["disks"]
