@@ -21,6 +21,7 @@ from sglfleet._lazy import attach
 if TYPE_CHECKING:
     from sglfleet.doctor._checks import DiskNeed, HostExpect, ModelSource, check_host
     from sglfleet.doctor._driver import (
+        COMPAT_FOUND,
         CUDA_TOOLKIT,
         FULL_DRIVER,
         GA_DRIVER,
