@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module fleet_drain: a thin adapter over sglfleet.fleet._resume (the fleet's scale-down plan)."""
+"""Ansible module fleet_drain: a thin adapter over sglfleet.training._resume (the fleet's scale-down plan)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import GpuQueryError, ResumeError, fleet_plan, gpus_not_free, query_gpus
+    from sglfleet.fleet import GpuQueryError, query_gpus
+    from sglfleet.training import ResumeError, fleet_plan, gpus_not_free
 
 
 def main():

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module training_dataset: a thin adapter over sglfleet.fleet._resume (the dataset hand-over)."""
+"""Ansible module training_dataset: a thin adapter over sglfleet.training._resume (the dataset hand-over)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import ResumeError, dataset_state, install_dataset
+    from sglfleet.training import ResumeError, dataset_state, install_dataset
 
 
 def main():

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module training_jobs: a thin adapter over sglfleet.fleet._training."""
+"""Ansible module training_jobs: a thin adapter over sglfleet.training._training."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import (
+    from sglfleet.training import (
         PatternError,
         checkpoint_time_warnings,
         discover,

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module training_launch: a thin adapter over sglfleet.fleet._resume (the training's start)."""
+"""Ansible module training_launch: a thin adapter over sglfleet.training._resume (the training's start)."""
 
 from __future__ import annotations
 
@@ -164,14 +164,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import (
-        GpuQueryError,
-        ResumeError,
-        environment_problems,
-        launch_plan,
-        look_training,
-        query_gpus,
-    )
+    from sglfleet.fleet import GpuQueryError, query_gpus
+    from sglfleet.training import ResumeError, environment_problems, launch_plan, look
 
 
 def main():
@@ -216,7 +210,7 @@ def main():
                 )
         if p["state"] == "look":
             names = list(plan.units) if plan.mode == "unit" else [plan.transient_unit]
-            seen = look_training(names, pattern=p["pattern"], gpu_facts=query_gpus(p["nvidia_smi"]))
+            seen = look(names, pattern=p["pattern"], gpu_facts=query_gpus(p["nvidia_smi"]))
             out.update(seen.model_dump(exclude={"units"}))
     except (ResumeError, GpuQueryError) as exc:
         module.fail_json(msg=str(exc))

@@ -8,6 +8,8 @@ file that holds a secret, which is then never readable by others, whatever the f
 A path that is a symlink is written through: the file it names is replaced, the link stays. A path
 that is not a regular file when the renames come (a FIFO or a device put there meanwhile: the writers
 refuse those up front with `sglfleet.outpath.output_problem`) fails the write, nothing renamed.
+`move_into_place(staged, path)` is the same rename for a file written by someone else (a copy Ansible
+staged next to `path`: phase training_resume's data set), so every writer of the package renames here.
 A temporary file is named `.NAME.PID.XXXXXXXX.tmp`: `remove_stale_temporaries` removes those of
 writers killed before they could clean up (`kill -9`), and only those.
 """
@@ -85,9 +87,7 @@ def atomic_writes(
         for tmp in temps:
             os.chmod(tmp, mode)
         for path in paths:  # a rename over a device node or a FIFO would replace it, system-wide
-            problem = not_a_file(path, "refusing to replace")
-            if problem is not None:
-                raise OSError(errno.EEXIST, problem, str(path))
+            _refuse_a_non_file(path)
         for tmp, path in zip(temps, paths, strict=True):
             os.replace(tmp, path)
     except BaseException:
@@ -100,11 +100,39 @@ def atomic_writes(
         raise
     if durable:
         for directory in dict.fromkeys(p.parent for p in paths):
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            _fsync_directory(directory)
+
+
+def _refuse_a_non_file(path: Path) -> None:
+    problem = not_a_file(path, "refusing to replace")
+    if problem is not None:
+        raise OSError(errno.EEXIST, problem, str(path))
+
+
+def _fsync_directory(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def move_into_place(staged: Path, path: Path, *, durable: bool = True) -> None:
+    """Rename `staged`, a complete file someone else wrote next to `path` (a copy Ansible made), over
+    `path` at once. A device node or FIFO at `path` is refused as `atomic_writes` refuses it; a symlink
+    at `path` is itself replaced (the file it named is left as it was: a hand-over installs a new
+    file, it does not rewrite one it did not make). `durable`: the directory is synced after the
+    rename (a failing sync is not the install's failure: the rename is done). `staged` must be in the
+    directory of `path` (a rename does not copy)."""
+    staged, path = Path(staged), Path(path)
+    if staged.parent.resolve() != path.parent.resolve():
+        problem = f"{staged} is not in {path.parent}: a rename cannot move it in"
+        raise OSError(errno.EXDEV, problem, str(staged))
+    _refuse_a_non_file(path)
+    os.replace(staged, path)
+    if durable:
+        with contextlib.suppress(OSError):
+            _fsync_directory(path.parent)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglfleet.doctor._report import Row, Status
-from sglfleet.pve._client import Credentials, PveApiError, PveClient, credential_problems
+from sglfleet.pve import Credentials, PveApiError, PveClient, credential_problems
 
 __all__ = ["ProvisionNeeds", "check_pve", "missing_privileges"]
 

@@ -7,7 +7,6 @@
 - `backend`: the attention backend and torch's CUDA runtime for a host's compute capability.
 - `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
 - `wheels`: what the pinned SGLang wheels need of the interpreter and glibc (`install_problems`).
-- `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
 
 from typing import TYPE_CHECKING
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
         probe_fleet_async,
     )
     from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec, problems
-    from sglfleet.fleet._instances_observe import Observed, observe
+    from sglfleet.fleet._instances_observe import Observed, existing_instances, observe, unit_states
     from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
     from sglfleet.fleet._ledger import DEFAULT_PATH as LEDGER_PATH
     from sglfleet.fleet._ledger import (
@@ -61,20 +60,6 @@ if TYPE_CHECKING:
         record_phase,
         remove_phase,
     )
-    from sglfleet.fleet._resume import (
-        DROPIN_NAME,
-        OLD_DROPIN_NAMES,
-        ResumeError,
-        dataset_state,
-        environment_problems,
-        file_digest,
-        fleet_plan,
-        gpus_not_free,
-        install_dataset,
-        launch_plan,
-        loaded_rows,
-    )
-    from sglfleet.fleet._resume import look as look_training
     from sglfleet.fleet._status import (
         FleetStatus,
         gather_status,
@@ -83,20 +68,6 @@ if TYPE_CHECKING:
         layout_from_env_dir,
         parse_status_json,
         render,
-    )
-    from sglfleet.fleet._training import (
-        LAUNCHER_KILL_AFTER_S,
-        PatternError,
-        TrainingJob,
-        TrainingProcess,
-        TrainingUnit,
-        checkpoint_time_warnings,
-        compile_patterns,
-        discover,
-        matching_processes,
-        signal_number,
-        still_alive,
-        stop_settings_problems,
     )
     from sglfleet.fleet._wheels import WHEELS, WheelNeed, install_problems, wheel_needs
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sglfleet import host
 from sglfleet.fleet._backend import ATTENTION_BACKENDS
-from sglfleet.host import _systemd as systemd
 
 #: The line of the sglang role's common environment file that records its backend decision.
 RECORDED_BACKEND_VARIABLE = "SGLANG_ATTENTION_BACKEND"
@@ -131,10 +131,10 @@ class InstanceSpec(BaseModel):
             f"SGLANG_FLEET_INSTANCE={self.index}",
             f"SGLANG_FLEET_PORT={self.port}",
         ]
-        lines += [f"{name}={systemd.quote(value)}" for name, value in self.environment]
-        lines.append(f"SGLANG_ARGS={systemd.quote(' '.join(self.args))}")
+        lines += [f"{name}={host.quote(value)}" for name, value in self.environment]
+        lines.append(f"SGLANG_ARGS={host.quote(' '.join(self.args))}")
         if self.api_key_env:
-            lines.append(f"{self.api_key_env[0]}={systemd.quote(self.api_key_env[1])}")
+            lines.append(f"{self.api_key_env[0]}={host.quote(self.api_key_env[1])}")
         return "\n".join(lines) + "\n"
 
     def env_text(self, digest: str) -> str:
@@ -254,9 +254,9 @@ def _environment_problems(spec: FleetSpec) -> list[str]:
     """Variable names systemd accepts, and none of those the fleet writes itself."""
     v = spec.var
     out = []
-    if spec.api_key_variable and not systemd.ENV_NAME_RE.match(spec.api_key_variable):
+    if spec.api_key_variable and not host.ENV_NAME_RE.match(spec.api_key_variable):
         out.append(f"api_key_variable {spec.api_key_variable!r} is not a variable name.")
-    bad_names = [k for k in spec.environment if not systemd.ENV_NAME_RE.match(k)]
+    bad_names = [k for k in spec.environment if not host.ENV_NAME_RE.match(k)]
     if bad_names:
         out.append(f"{v('environment')} keys must be variable names: {json.dumps(bad_names)}.")
     if ours := [k for k in GPU_VARIABLES if k in spec.environment]:

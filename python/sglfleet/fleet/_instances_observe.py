@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sglfleet import host
 from sglfleet.fleet._instances import (
     DIGEST_VARIABLE,
     RECORDED_BACKEND_VARIABLE,
@@ -24,8 +25,6 @@ from sglfleet.fleet._instances import (
     GpuInventory,
     instance_count,
 )
-from sglfleet.host import _procfs as procfs
-from sglfleet.host import _systemd as systemd
 
 UNIT_RE = re.compile(r"^sglang@(\d+)\.service$")
 _ENV_FILE_RE = re.compile(r"^instance-(\d+)\.env$")
@@ -95,12 +94,12 @@ class Observed(BaseModel):
 
 def existing_instances(
     config_dir: Path,
-    systemctl: systemd.Systemctl = systemd.query,
+    systemctl: host.Systemctl = host.query,
     etc_systemd: Path = Path("/etc/systemd/system"),
 ) -> list[int]:
     """Instances systemd knows, that are enabled, or that have an environment file."""
     found: set[int] = set()
-    names = systemd.list_units("sglang@*.service", systemctl=systemctl)
+    names = host.list_units("sglang@*.service", systemctl=systemctl)
     with contextlib.suppress(OSError):
         names += os.listdir(etc_systemd / "multi-user.target.wants")
     for name in names:
@@ -114,11 +113,11 @@ def existing_instances(
 
 
 def unit_states(
-    indices: Iterable[int], systemctl: systemd.Systemctl = systemd.query, proc: Path = procfs.PROC
+    indices: Iterable[int], systemctl: host.Systemctl = host.query, proc: Path = host.PROC
 ) -> dict[int, UnitState]:
     """systemd's ActiveState, MainPID and UnitFileState of each instance, and its process's digest."""
     indices = list(indices)
-    shown = systemd.show(
+    shown = host.show(
         [f"sglang@{i}.service" for i in indices], ("Id", "ActiveState", "MainPID", "UnitFileState"), systemctl
     )
     states = {}
@@ -129,12 +128,12 @@ def unit_states(
             active=props.get("ActiveState", "inactive"),
             pid=pid,
             enabled=props.get("UnitFileState", ""),
-            digest=procfs.environ(pid, proc).get(DIGEST_VARIABLE, "") if pid else "",
+            digest=host.environ(pid, proc).get(DIGEST_VARIABLE, "") if pid else "",
         )
     return states
 
 
-def listeners(ports: Iterable[int], proc: Path = procfs.PROC) -> list[Listener]:
+def listeners(ports: Iterable[int], proc: Path = host.PROC) -> list[Listener]:
     """Who listens on each of `ports` (TCP, IPv4 and IPv6): an instance's unit, or another process.
 
     A socket in this network namespace that no process of this PID namespace holds belongs to the
@@ -142,14 +141,14 @@ def listeners(ports: Iterable[int], proc: Path = procfs.PROC) -> list[Listener]:
     """
     return [
         Listener(port=port, holders=tuple(dict.fromkeys(_holder(pid, proc) for pid in pids)))
-        for port, pids in procfs.listeners(ports, proc).items()
+        for port, pids in host.listeners(ports, proc).items()
     ]
 
 
 def _holder(pid: int, proc: Path) -> str:
-    if UNIT_RE.match(unit := procfs.unit(pid, proc)):
+    if UNIT_RE.match(unit := host.process_unit(pid, proc)):
         return unit
-    cmdline = procfs.cmdline(pid, proc)
+    cmdline = host.cmdline(pid, proc)
     return f"pid {pid} ({(cmdline.strip() if cmdline is not None else '?')[:80]})"
 
 
@@ -173,7 +172,7 @@ def runtime_inputs(venv: Path, common_env_file: Path, model_paths: Iterable[str]
         distributions=tuple(dists),
         common_env=common,
         common_env_exists=exists,
-        recorded_backend=systemd.parse_env_file(common).values.get(RECORDED_BACKEND_VARIABLE, ""),
+        recorded_backend=host.parse_env_file(common).values.get(RECORDED_BACKEND_VARIABLE, ""),
         models={path: model_fingerprint(Path(path)) for path in dict.fromkeys(model_paths)},
     )
 
@@ -194,7 +193,7 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
-def observe(spec: FleetSpec, gpus: GpuInventory, systemctl: systemd.Systemctl = systemd.query) -> Observed:
+def observe(spec: FleetSpec, gpus: GpuInventory, systemctl: host.Systemctl = host.query) -> Observed:
     """Look at the host: units, running digests, listeners on the fleet's ports, the runtime inputs."""
     count = max(instance_count(spec, gpus), 0)
     existing = existing_instances(Path(spec.config_dir), systemctl)

@@ -24,7 +24,7 @@ from rich.text import Text
 from sglfleet.fleet import _gpus as gpu_mod
 from sglfleet.fleet import _health as health_mod
 from sglfleet.fleet import _ledger as ledger_mod
-from sglfleet.host import _systemd as systemd
+from sglfleet.host import NO_EQUALS, read_env_file
 
 DASH = "-"
 EVIDENCE_WIDTH = 70
@@ -160,9 +160,9 @@ class FleetLayout(BaseModel):
 def _env_file_values(path: Path) -> dict[str, str]:
     """The variables systemd starts the instance with; a line that is no assignment, or a quote left open,
     is an error here (the role writes neither), named with its file and line."""
-    env_file = systemd.read_env_file(path)
+    env_file = read_env_file(path)
     for ignored in env_file.ignored:
-        if ignored.reason == systemd.NO_EQUALS:
+        if ignored.reason == NO_EQUALS:
             raise ValueError(f"{path}:{ignored.line}: not KEY=VALUE: {ignored.text!r}")
     if env_file.unterminated_quote is not None:
         raise ValueError(f"{path}:{env_file.unterminated_quote}: the quote opened here is not closed")

@@ -120,7 +120,7 @@ def check_config(config: GenerateConfig) -> list[str]:
 def _endpoint_problems(urls: list[str]) -> list[str]:
     if not urls:
         return ["no endpoint: give --endpoint URL (or --endpoints-file)"]
-    from sglfleet.fleet._health import endpoint_from_url
+    from sglfleet.fleet import endpoint_from_url
 
     problems = []
     seen: dict[str, int] = {}
@@ -432,7 +432,7 @@ def _check_previous(
 
 async def _preflight(config: GenerateConfig) -> list[str] | Outcome:
     """Probe every endpoint at once with the fleet's health probe; the ones that answer, or why none."""
-    from sglfleet.fleet._health import endpoints_from_urls, probe_fleet_async
+    from sglfleet.fleet import endpoints_from_urls, probe_fleet_async
 
     rows = await probe_fleet_async(
         endpoints_from_urls(config.endpoints), api_key=config.api_key, probe_timeout=config.probe_timeout

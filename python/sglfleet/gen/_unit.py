@@ -25,10 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglfleet import atomicio
+from sglfleet import atomicio, host
 from sglfleet.gen import _manifest as manifest_mod
 from sglfleet.gen._manifest import Manifest
-from sglfleet.host import _systemd as systemd
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ACTIVE_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
@@ -161,7 +160,7 @@ def file_sha256(path: Path) -> str:
     return sha.hexdigest()
 
 
-def observe(spec: JobSpec, runner: Runner = systemd.run) -> Observed:
+def observe(spec: JobSpec, runner: Runner = host.run) -> Observed:
     props = _show(spec.unit, runner)
     status = props.get("ExecMainStatus")
     m = manifest_mod.load(manifest_mod.manifest_path(spec.output))
@@ -180,12 +179,9 @@ def observe(spec: JobSpec, runner: Runner = systemd.run) -> Observed:
 
 
 def _show(unit: str, runner: Runner) -> dict[str, str]:
-    proc = runner(
-        ["systemctl", "show", unit, "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus"]
+    return host.show_checked(
+        unit, ("LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus"), runner
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"systemctl show {unit} failed: {proc.stderr.strip()}")
-    return systemd.parse_show(proc.stdout, 1)[0]
 
 
 def decide(obs: Observed, wanted: str, retry_failures: bool = False) -> Decision:
@@ -215,11 +211,11 @@ def write_env(spec: JobSpec) -> None:
     """The unit's environment file (mode 0600, whatever existed before: it replaces the file, and is
     0600 from its birth): the API key stays out of unit properties and argv."""
     spec.env_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text = f"{API_KEY_ENV}={systemd.quote(spec.api_key)}\n" if spec.api_key else ""
+    text = f"{API_KEY_ENV}={host.quote(spec.api_key)}\n" if spec.api_key else ""
     atomicio.write_text(spec.env_file, text, mode=0o600)
 
 
-def start(spec: JobSpec, runner: Runner = systemd.run) -> None:
+def start(spec: JobSpec, runner: Runner = host.run) -> None:
     write_env(spec)
     runner(["systemctl", "reset-failed", spec.unit])  # a failed transient unit keeps its name taken
     argv = [
@@ -238,7 +234,7 @@ def start(spec: JobSpec, runner: Runner = systemd.run) -> None:
         raise RuntimeError(f"systemd-run failed: {proc.stderr.strip() or proc.stdout.strip()}")
 
 
-def stop(spec: JobSpec, runner: Runner = systemd.run) -> None:
+def stop(spec: JobSpec, runner: Runner = host.run) -> None:
     proc = runner(["systemctl", "stop", spec.unit])
     if proc.returncode != 0:
         raise RuntimeError(f"systemctl stop {spec.unit} failed: {proc.stderr.strip()}")
@@ -262,7 +258,7 @@ def wait(
     spec: JobSpec,
     timeout: float,
     interval: float = 5.0,
-    runner: Runner = systemd.run,
+    runner: Runner = host.run,
     on_poll: Callable[[dict[str, Any]], None] | None = None,
 ) -> Observed:
     """Poll until the unit is no longer active or ``timeout`` seconds passed; the last observation.
@@ -291,7 +287,7 @@ def verdict(obs: Observed, max_failures: int) -> tuple[bool, int | None]:
     return False, code
 
 
-def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = systemd.run) -> str:
+def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = host.run) -> str:
     proc = runner(["journalctl", "--unit", spec.unit, "--no-pager", "--output=cat", "-n", str(lines)])
     return proc.stdout.strip()
 

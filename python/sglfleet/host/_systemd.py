@@ -17,6 +17,8 @@ from pathlib import Path
 
 #: argv -> stdout of a read-only `systemctl` query.
 Systemctl = Callable[[Sequence[str]], str]
+#: argv -> the finished process (`run`): for commands whose exit status matters (start, stop, show).
+Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 #: What env-file.c calls COMMENTS, WHITESPACE, NEWLINE and SHELL_NEED_ESCAPE (src/basic/string-util.h,
 #: src/basic/escape.h).
@@ -66,6 +68,23 @@ def show(units: Sequence[str], props: Iterable[str], systemctl: Systemctl = quer
         return []
     out = systemctl(["systemctl", "show", f"--property={','.join(props)}", *units])
     return parse_show(out, len(units))
+
+
+def show_checked(unit: str, props: Iterable[str], runner: Runner = run) -> dict[str, str]:
+    """`systemctl show UNIT --property=...` of one unit, run by `runner` (argv -> the finished process);
+    a failed `systemctl` raises RuntimeError with its stderr instead of answering nothing."""
+    proc = runner(["systemctl", "show", unit, f"--property={','.join(props)}"])
+    if proc.returncode != 0:
+        raise RuntimeError(f"systemctl show {unit} failed: {proc.stderr.strip()}")
+    return parse_show(proc.stdout, 1)[0]
+
+
+def show_repeated(unit: str, prop: str, systemctl: Systemctl = query) -> list[str]:
+    """Each value of a property `systemctl show` prints once per item, on lines of its own
+    (``EnvironmentFiles=<path> (ignore_errors=no)``, one line a file), in the order printed."""
+    out = systemctl(["systemctl", "show", f"--property={prop}", unit])
+    prefix = f"{prop}="
+    return [line.strip()[len(prefix) :] for line in out.splitlines() if line.strip().startswith(prefix)]
 
 
 def split_shown_list(text: str) -> list[str]:

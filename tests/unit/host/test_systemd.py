@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,39 @@ def test_show_reads_one_block_per_unit_in_order() -> None:
         {},
     ]
     assert systemd.show([], ("Id",), systemctl) == [] and len(asked) == 1
+
+
+def test_show_repeated_keeps_each_line_of_a_property_printed_once_per_item() -> None:
+    def systemctl(argv: list[str]) -> str:
+        assert argv == ["systemctl", "show", "--property=EnvironmentFiles", "train.service"]
+        # systemctl-show.c prints EnvironmentFiles= once per file; parse_show's dict would keep the last
+        return (
+            "EnvironmentFiles=/etc/a.env (ignore_errors=no)\n"
+            "EnvironmentFiles=/etc/b.env (ignore_errors=yes)\n"
+        )
+
+    assert systemd.show_repeated("train.service", "EnvironmentFiles", systemctl) == [
+        "/etc/a.env (ignore_errors=no)",
+        "/etc/b.env (ignore_errors=yes)",
+    ]
+    assert systemd.show_repeated("train.service", "EnvironmentFiles", lambda argv: "") == []
+
+
+def test_show_checked_answers_one_unit_and_raises_on_a_failed_systemctl() -> None:
+    def ok(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        assert argv == ["systemctl", "show", "job.service", "--property=LoadState,ActiveState"]
+        return subprocess.CompletedProcess(argv, 0, "LoadState=loaded\nActiveState=active\n", "")
+
+    assert systemd.show_checked("job.service", ("LoadState", "ActiveState"), ok) == {
+        "LoadState": "loaded",
+        "ActiveState": "active",
+    }
+
+    def failed(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", "Failed to connect to bus\n")
+
+    with pytest.raises(RuntimeError, match=r"systemctl show job\.service failed: Failed to connect to bus"):
+        systemd.show_checked("job.service", ("LoadState",), failed)
 
 
 def test_list_units_takes_the_first_column() -> None:

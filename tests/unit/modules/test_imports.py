@@ -21,9 +21,10 @@ def imported_after(statement: str) -> set[str]:
     "statement",
     [
         "import sglfleet.fleet, sglfleet.gen, sglfleet.pve, sglfleet.data, sglfleet.doctor",
+        "import sglfleet.host, sglfleet.training",
         "from sglfleet.fleet import LedgerError, load_ledger, record_phase, remove_phase",  # fleet_ledger
         "from sglfleet.fleet import GpuFacts, GpuQueryError, find_nvidia_smi, query_gpus",  # gpu_facts
-        "from sglfleet.fleet import PatternError, discover, still_alive",  # training_jobs
+        "from sglfleet.training import PatternError, discover, still_alive",  # training_jobs
         "from sglfleet.fleet import FleetSpec, GpuInventory, observe, plan, problems, write_env_files",
         "from sglfleet.gen import JobSpec, decide_job, job_verdict, observe_job, wait_job",  # generation_job
         "from sglfleet.doctor import HostExpect, blockers, check_host, render",  # sglfleet_doctor

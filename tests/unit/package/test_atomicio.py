@@ -1,4 +1,5 @@
-"""sglfleet.atomicio's file modes: a secret is never readable by others, not even while it is written."""
+"""sglfleet.atomicio's file modes (a secret is never readable by others, not even while it is written) and
+the rename that moves a staged copy into place."""
 
 from __future__ import annotations
 
@@ -40,3 +41,32 @@ def test_write_text_defaults_to_0644_and_a_failure_keeps_the_old_file(tmp_path: 
         raise RuntimeError("disk full")
     assert path.read_text() == "A=1\n" and _mode(path) == 0o644
     assert sorted(path.parent.iterdir()) == [path]
+
+
+def test_move_into_place_renames_a_staged_copy_over_the_file_and_replaces_a_symlink_itself(
+    tmp_path: Path,
+) -> None:
+    elsewhere = tmp_path / "shared.jsonl"
+    elsewhere.write_text("theirs\n")
+    (tmp_path / "train").mkdir()
+    path = tmp_path / "train" / "data.jsonl"
+    path.symlink_to(elsewhere)
+    staged = tmp_path / "train" / ".data.jsonl.staged"
+    staged.write_text("new\n")
+    atomicio.move_into_place(staged, path)
+    assert path.read_text() == "new\n" and not path.is_symlink() and not staged.exists()
+    assert elsewhere.read_text() == "theirs\n"  # the file the link named is not the writer's to replace
+
+
+def test_move_into_place_refuses_a_fifo_and_a_copy_in_another_directory(tmp_path: Path) -> None:
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    staged = tmp_path / "staged"
+    staged.write_text("new\n")
+    with pytest.raises(OSError, match=r"is a FIFO \(named pipe\)"):
+        atomicio.move_into_place(staged, fifo)
+    assert staged.read_text() == "new\n" and stat.S_ISFIFO(fifo.stat().st_mode)
+    (tmp_path / "other").mkdir()
+    with pytest.raises(OSError, match="a rename cannot move it in"):
+        atomicio.move_into_place(staged, tmp_path / "other" / "data.jsonl")
+    assert staged.exists() and not (tmp_path / "other" / "data.jsonl").exists()

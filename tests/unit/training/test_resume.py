@@ -1,4 +1,4 @@
-"""sglfleet.fleet._resume: the decisions of phase training_resume, on real files and a fake systemd."""
+"""sglfleet.training._resume: the decisions of phase training_resume, on real files and a fake systemd."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import pytest
 import yaml
 from support.module_runner import run_module
 
-from sglfleet.fleet import (
+from sglfleet.fleet import GpuFacts, combine, parse_compute_apps, parse_gpus
+from sglfleet.training import (
     DROPIN_NAME,
     OLD_DROPIN_NAMES,
-    GpuFacts,
     ResumeError,
-    combine,
     dataset_state,
     environment_problems,
     file_digest,
@@ -26,9 +25,7 @@ from sglfleet.fleet import (
     install_dataset,
     launch_plan,
     loaded_rows,
-    look_training,
-    parse_compute_apps,
-    parse_gpus,
+    look,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -328,7 +325,7 @@ def test_the_look_counts_gpu_memory_of_the_units_processes_and_reads_this_runs_j
         journals.append(argv)
         return "resumed from checkpoint /c at step 7\nloaded 12 rows from /d\n"
 
-    seen = look_training(
+    seen = look(
         ["train"], pattern=r"loaded (\d+) rows", gpu_facts=_facts([91000, 91000], {4242: 0, 5151: 1}),
         systemctl=systemctl, journal=journal, proc=proc,
     )  # fmt: skip

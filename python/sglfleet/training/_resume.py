@@ -38,11 +38,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sglfleet.fleet import _gpus as gpu_mod
-from sglfleet.fleet import _instances_observe as inst_mod
-from sglfleet.fleet import _training as training_mod
-from sglfleet.host import _procfs as procfs
-from sglfleet.host import _systemd as systemd
+from sglfleet import fleet, host
+from sglfleet.atomicio import move_into_place
+from sglfleet.training import _training as training_mod
 
 #: Where a file that was in the dataset's place goes: ``<name>.kept-<time>-<hash>``.
 KEPT_INFIX = ".kept-"
@@ -165,13 +163,7 @@ def install_dataset(
         )
     if moved is not None:
         os.link(path, moved)  # the old content stays reachable under its new name before anything moves
-    os.replace(staged, path)
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    move_into_place(staged, path)
     return InstallResult(
         changed=True, state=dataset_state(path, expected_sha256), moved_aside=str(moved) if moved else None
     )
@@ -200,8 +192,8 @@ class FleetPlan(BaseModel):
         return data
 
 
-def _active_generation_units(systemctl: systemd.Systemctl) -> list[str]:
-    return systemd.list_units(
+def _active_generation_units(systemctl: host.Systemctl) -> list[str]:
+    return host.list_units(
         GENERATION_UNIT_GLOB, states=("active", "activating", "reloading"), systemctl=systemctl
     )
 
@@ -212,10 +204,10 @@ def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
     gpus: set[int] = set()
     for i in indices:
         try:
-            values = systemd.read_env_file(config_dir / f"instance-{i}.env").values
+            values = host.read_env_file(config_dir / f"instance-{i}.env").values
         except OSError:
             continue
-        except systemd.EnvFileError as exc:
+        except host.EnvFileError as exc:
             raise ResumeError(f"instance {i} cannot start: {exc}") from None
         for word in values.get("CUDA_VISIBLE_DEVICES", "").split(","):
             if word.strip().isdigit():
@@ -228,16 +220,16 @@ def fleet_plan(
     keep: Sequence[int],
     *,
     allow_running_jobs: bool = False,
-    systemctl: systemd.Systemctl = systemd.query,
-    proc: Path = procfs.PROC,
+    systemctl: host.Systemctl = host.query,
+    proc: Path = host.PROC,
 ) -> FleetPlan:
     """Stop every instance but `keep`; refuse while a generation job runs, unless allowed."""
     config_dir = Path(config_dir)
     bad = [k for k in keep if not isinstance(k, int) or k < 0]
     if bad:
         raise ResumeError(f"training_resume_keep_instances: {bad} are not instance indices (0, 1, ...)")
-    instances = inst_mod.existing_instances(config_dir, systemctl)
-    states = inst_mod.unit_states(instances, systemctl, proc)
+    instances = fleet.existing_instances(config_dir, systemctl)
+    states = fleet.unit_states(instances, systemctl, proc)
     running = [i for i in instances if states[i].active in training_mod.RUNNING_STATES]
     enabled = [i for i in instances if states[i].enabled == "enabled"]
     missing = sorted(set(keep) - set(instances))
@@ -272,7 +264,7 @@ def fleet_plan(
     )
 
 
-def gpus_not_free(facts: gpu_mod.GpuFacts, kept_gpus: Sequence[int], max_used_mib: int) -> list[str]:
+def gpus_not_free(facts: fleet.GpuFacts, kept_gpus: Sequence[int], max_used_mib: int) -> list[str]:
     """What holds a GPU that should be free: a compute process on it, or memory used above `max_used_mib`."""
     problems = []
     for gpu in facts.gpus:
@@ -313,25 +305,24 @@ def _systemd_dollar(value: str) -> str:
     return value.replace("$", "$$")
 
 
-_ENV_FILE_SHOWN = re.compile(r"^EnvironmentFiles=(.*) \(ignore_errors=(yes|no)\)$")
+_ENV_FILE_SHOWN = re.compile(r"^(.*) \(ignore_errors=(yes|no)\)$")
 
 
-def environment_file_overrides(unit: str, names: Sequence[str], systemctl: systemd.Systemctl) -> list[str]:
+def environment_file_overrides(unit: str, names: Sequence[str], systemctl: host.Systemctl) -> list[str]:
     """Which of `names` the unit's EnvironmentFile= files set ("<file> sets <NAME>"): those files override
     Environment= (systemd.exec(5)), so a drop-in's value for such a name would never reach the job."""
-    out = systemctl(["systemctl", "show", "--property=EnvironmentFiles", unit])
     found = []
-    for line in out.splitlines():
-        match = _ENV_FILE_SHOWN.match(line.strip())
+    for shown in host.show_repeated(unit, "EnvironmentFiles", systemctl):
+        match = _ENV_FILE_SHOWN.match(shown)
         if not match:
             continue
         paths = sorted(glob.glob(match[1])) if glob.has_magic(match[1]) else [match[1]]
         for path in paths:
             try:
-                env_file = systemd.read_env_file(Path(path))
+                env_file = host.read_env_file(Path(path))
             except OSError:
                 continue  # a file that is not there sets nothing (systemd fails the start itself unless "-")
-            except systemd.EnvFileError as exc:
+            except host.EnvFileError as exc:
                 raise ResumeError(f"{unit} cannot start: {exc}") from None
             found += [f"{path}:{a.line} sets {a.name}" for a in env_file.assignments if a.name in names]
     return found
@@ -343,17 +334,17 @@ def _systemd_quote(value: str) -> str:
 
 
 def environment_problems(
-    unit_names: Sequence[str], environment: Mapping[str, str], systemctl: systemd.Systemctl = systemd.query
+    unit_names: Sequence[str], environment: Mapping[str, str], systemctl: host.Systemctl = host.query
 ) -> list[str]:
     """Which of the units would not start with `environment` (after a daemon-reload): the
     ``Environment=`` in effect, as `systemctl show` reads it back, lacks a name or has another value
     for it; a drop-in whose file name sorts after ours (systemd.unit(5)) set it again."""
-    names = [systemd.unit_name(u) for u in unit_names]
+    names = [host.unit_name(u) for u in unit_names]
     problems = []
-    shown_all = systemd.show(names, ("Id", "Environment", "DropInPaths"), systemctl)
+    shown_all = host.show(names, ("Id", "Environment", "DropInPaths"), systemctl)
     for name, shown in zip(names, shown_all, strict=True):
         in_effect: dict[str, str] = {}
-        for word in systemd.split_shown_list(shown.get("Environment", "")):
+        for word in host.split_shown_list(shown.get("Environment", "")):
             key, sep, value = word.partition("=")
             if sep:
                 in_effect[key] = value  # a later assignment of the same name wins (systemd.exec(5))
@@ -410,14 +401,14 @@ def launch_plan(
     checkpoint: str,
     transient_unit: str = DEFAULT_TRANSIENT_UNIT,
     dropin_name: str = DROPIN_NAME,
-    systemctl: systemd.Systemctl = systemd.query,
+    systemctl: host.Systemctl = host.query,
 ) -> LaunchPlan:
     """Units (with a drop-in Environment=) when there are any; else the command as a transient unit;
     neither (phase training_stop stopped no job, and no command is given): nothing to start."""
     values = {"dataset": dataset, "checkpoint": checkpoint}
     env = {}
     for name, template in environment.items():
-        if not systemd.ENV_NAME_RE.match(name):
+        if not host.ENV_NAME_RE.match(name):
             raise ResumeError(f"training_resume_environment: {name!r} is not an environment variable name")
         env[name] = render(str(template), values, f"training_resume_environment.{name}")
     if units:
@@ -463,7 +454,7 @@ def launch_plan(
         words = shlex.split(rendered)
     except ValueError as exc:
         raise ResumeError(f"training_resume_command: {exc}: {command!r}") from None
-    transient = systemd.unit_name(transient_unit)
+    transient = host.unit_name(transient_unit)
     state = training_mod.units([transient], systemctl)[0]
     # KillSignal=SIGTERM is systemd's default, said explicitly; KillMode=mixed sends it to the main process
     # (torchrun) alone, which forwards it to its ranks, instead of to every process of the unit at once.
@@ -535,21 +526,21 @@ def look(
     units: Sequence[str],
     *,
     pattern: str = "",
-    gpu_facts: gpu_mod.GpuFacts | None = None,
-    systemctl: systemd.Systemctl = systemd.query,
-    journal: systemd.Systemctl = systemd.query,
-    proc: Path = procfs.PROC,
+    gpu_facts: fleet.GpuFacts | None = None,
+    systemctl: host.Systemctl = host.query,
+    journal: host.Systemctl = host.query,
+    proc: Path = host.PROC,
 ) -> JobLook:
     """The units' state, the GPU memory their processes hold, and the rows the log of this run says."""
-    names = [systemd.unit_name(u) for u in units]
-    shown = dict(zip(names, systemd.show(names, _LOOK_PROPERTIES, systemctl), strict=True))
+    names = [host.unit_name(u) for u in units]
+    shown = dict(zip(names, host.show(names, _LOOK_PROPERTIES, systemctl), strict=True))
     running = bool(shown) and all(p.get("ActiveState") in ("active", "reloading") for p in shown.values())
     ids = set(shown)
     gpu_pids: list[int] = []
     memory = 0
     if gpu_facts is not None:
         for p in gpu_facts.processes:
-            if procfs.unit(p.pid, proc) in ids:
+            if host.process_unit(p.pid, proc) in ids:
                 gpu_pids.append(p.pid)
                 memory += p.used_memory_mib or 0
     rows = None

@@ -1,4 +1,4 @@
-"""Training-job discovery (sglfleet.fleet._training) and the module training_jobs, on real processes."""
+"""Training-job discovery (sglfleet.training._training) and the module training_jobs, on real processes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from support.module_runner import assert_examples_use_documented_options, module_doc, run_module
 from support.polling import wait_until
 
-from sglfleet.fleet import (
+from sglfleet.host import process_alive
+from sglfleet.training import (
     LAUNCHER_KILL_AFTER_S,
     PatternError,
     checkpoint_time_warnings,
@@ -24,7 +25,6 @@ from sglfleet.fleet import (
     still_alive,
     stop_settings_problems,
 )
-from sglfleet.host import process_alive
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from sglfleet.host import _procfs as procfs
-from sglfleet.host import _systemd as systemd
+from sglfleet import host
 
 #: ActiveStates in which a unit still has a training job to stop.
 RUNNING_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
@@ -100,9 +99,9 @@ class PatternError(ValueError):
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "MainPID", "UnitFileState")
 
 
-def units(names: Sequence[str], systemctl: systemd.Systemctl = systemd.query) -> list[TrainingUnit]:
+def units(names: Sequence[str], systemctl: host.Systemctl = host.query) -> list[TrainingUnit]:
     """`systemctl show` of each named unit; a name the host lacks comes back with LoadState not-found."""
-    ids = [systemd.unit_name(n) for n in names]
+    ids = [host.unit_name(n) for n in names]
     return [
         TrainingUnit(
             name=name,
@@ -112,9 +111,7 @@ def units(names: Sequence[str], systemctl: systemd.Systemctl = systemd.query) ->
             MainPID=int(props.get("MainPID") or 0),
             UnitFileState=props.get("UnitFileState", ""),
         )
-        for name, unit_id, props in zip(
-            names, ids, systemd.show(ids, UNIT_PROPERTIES, systemctl), strict=True
-        )
+        for name, unit_id, props in zip(names, ids, host.show(ids, UNIT_PROPERTIES, systemctl), strict=True)
     ]
 
 
@@ -131,24 +128,26 @@ def compile_patterns(patterns: Sequence[str]) -> list[re.Pattern[str]]:
 
 
 def matching_processes(
-    patterns: Sequence[str], proc: Path = procfs.PROC, *, self_pid: int | None = None
+    patterns: Sequence[str], proc: Path = host.PROC, *, self_pid: int | None = None
 ) -> list[TrainingProcess]:
     """Processes whose command line matches a pattern, each once (the first pattern it matches)."""
     compiled = compile_patterns(patterns)
     if not compiled:
         return []
-    skip = procfs.ancestors(os.getpid() if self_pid is None else self_pid, proc)
+    skip = host.ancestors(os.getpid() if self_pid is None else self_pid, proc)
     found = []
-    for pid in procfs.pids(proc):
+    for pid in host.pids(proc):
         if pid in skip:
             continue
-        cmdline = procfs.cmdline(pid, proc)
+        cmdline = host.cmdline(pid, proc)
         if not cmdline:  # gone, or a kernel thread or zombie: no command line
             continue
         for source, rx in zip(patterns, compiled, strict=True):
             if rx.search(cmdline):
                 found.append(
-                    TrainingProcess(pid=pid, cmdline=cmdline, pattern=source, unit=procfs.unit(pid, proc))
+                    TrainingProcess(
+                        pid=pid, cmdline=cmdline, pattern=source, unit=host.process_unit(pid, proc)
+                    )
                 )
                 break
     return found
@@ -158,8 +157,8 @@ def still_alive(
     unit_names: Sequence[str],
     pids: Sequence[int],
     *,
-    systemctl: systemd.Systemctl = systemd.query,
-    proc: Path = procfs.PROC,
+    systemctl: host.Systemctl = host.query,
+    proc: Path = host.PROC,
 ) -> Alive:
     """What of a stopped training job is still alive: its running units and its live processes.
 
@@ -168,7 +167,7 @@ def still_alive(
     """
     return Alive(
         units=tuple(u for u in units(unit_names, systemctl) if u.running),
-        pids=tuple(pid for pid in pids if procfs.alive(pid, proc)),
+        pids=tuple(pid for pid in pids if host.process_alive(pid, proc)),
     )
 
 
@@ -176,8 +175,8 @@ def discover(
     unit_names: Sequence[str],
     patterns: Sequence[str],
     *,
-    systemctl: systemd.Systemctl = systemd.query,
-    proc: Path = procfs.PROC,
+    systemctl: host.Systemctl = host.query,
+    proc: Path = host.PROC,
 ) -> TrainingJob:
     """The running units and the matching processes that are not inside one of them."""
     found_units = units(unit_names, systemctl)
@@ -206,7 +205,7 @@ def stop_settings_problems(
     unit_names: Sequence[str],
     signal_name: str,
     timeout_s: int,
-    systemctl: systemd.Systemctl = systemd.query,
+    systemctl: host.Systemctl = host.query,
 ) -> list[str]:
     """Which of the units systemd would not stop with `signal_name`, `timeout_s` and a final SIGKILL (what
     the training_stop drop-in asks for): a drop-in that sorts after it (systemd.unit(5): drop-ins apply in
@@ -214,15 +213,15 @@ def stop_settings_problems(
     `systemctl show` prints KillSignal as a number and TimeoutStopUSec as a time span."""
     want_signal = signal_number(signal_name)
     want_usec = timeout_s * 1_000_000
-    names = [systemd.unit_name(u) for u in unit_names]
+    names = [host.unit_name(u) for u in unit_names]
     problems = []
-    for name, shown in zip(names, systemd.show(names, STOP_PROPERTIES, systemctl), strict=True):
+    for name, shown in zip(names, host.show(names, STOP_PROPERTIES, systemctl), strict=True):
         wrong = []
         if shown.get("KillSignal") != str(want_signal):
             wrong.append(
                 f"KillSignal={shown.get('KillSignal', '?')} (asked for {signal_name}, {want_signal})"
             )
-        if systemd.parse_timespan(shown.get("TimeoutStopUSec", "")) != want_usec:
+        if host.parse_timespan(shown.get("TimeoutStopUSec", "")) != want_usec:
             wrong.append(f"TimeoutStopUSec={shown.get('TimeoutStopUSec', '?')} (asked for {timeout_s}s)")
         if shown.get("SendSIGKILL") != "yes":
             wrong.append(f"SendSIGKILL={shown.get('SendSIGKILL', '?')} (asked for yes)")
