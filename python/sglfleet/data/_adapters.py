@@ -13,6 +13,8 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
+__all__ = ["Format", "RowError", "to_messages", "user_text"]
+
 Message = dict[str, str]
 
 

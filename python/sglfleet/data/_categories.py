@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+__all__ = ["CATEGORIES", "classify"]
+
 CATEGORIES: tuple[str, ...] = ("code", "math", "reasoning", "multilingual", "writing", "chat")
 CHAT = "chat"
 

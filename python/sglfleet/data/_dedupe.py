@@ -37,6 +37,8 @@ import numpy as np
 
 from sglfleet.data._adapters import normalise
 
+__all__ = ["LshPlan", "NearDeduper", "plan_lsh"]
+
 
 class Dup(enum.StrEnum):
     """Why a prompt was dropped as a duplicate."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from sglfleet.exitcodes import ExitCode
 
+__all__ = ["DataError"]
+
 
 class DataError(Exception):
     """Bad configuration or bad input data; the message names the file, source, row or field.

@@ -29,6 +29,8 @@ from sglfleet.data import _adapters, _categories
 from sglfleet.data._adapters import Format, to_messages, user_text
 from sglfleet.data._categories import classify
 
+__all__ = ["CategoryCache", "cache_dir"]
+
 CACHE_ENV = "SGLFLEET_CACHE_DIR"
 _CHUNK = 1 << 20
 

@@ -21,6 +21,8 @@ import orjson
 from sglfleet.data._existing import file_digest
 from sglfleet.data._outputs import report_paths
 
+__all__ = ["input_record", "unchanged"]
+
 
 def path_digest(path: Path) -> str | None:
     """SHA-256 of a file's bytes; of a directory, over each file's relative path and digest (sorted);

@@ -43,6 +43,8 @@ from sglfleet.data._outputs import check_outputs, locked, output_labels, written
 from sglfleet.data._report import MergeReport, report_bytes
 from sglfleet.launch import _die_with_parent as launch_die_with_parent
 
+__all__ = ["DEFAULT_DROP_FINISH_REASONS", "DEFAULT_MIN_COMPLETION_TOKENS", "merge", "prompts_of"]
+
 DEFAULT_MIN_COMPLETION_TOKENS = 17
 DEFAULT_DROP_FINISH_REASONS = ("length",)
 CHUNK_LINES = 8192  # existing rows per classification task

@@ -47,6 +47,8 @@ from sglfleet.data._outputs import check_outputs, locked, output_labels, written
 from sglfleet.data._report import MixReport, SourceReport, report_bytes
 from sglfleet.data._sources import read_rows, where
 
+__all__ = ["build_mix", "custom_id"]
+
 
 @dataclass(frozen=True)
 class Prompt:

@@ -28,6 +28,8 @@ from sglfleet.data._categories import CATEGORIES
 from sglfleet.data._errors import DataError
 from sglfleet.data._sources import SourceType, detect_type
 
+__all__ = ["MixConfig", "load_config", "parse_config"]
+
 AUTO = "auto"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SHARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")

@@ -26,6 +26,8 @@ from sglfleet.data._errors import DataError
 from sglfleet.exitcodes import ExitCode
 from sglfleet.outpath import OutputLocked, output_lock, output_problem, target
 
+__all__: list[str] = []
+
 
 def report_paths(report: Path) -> tuple[Path, Path]:
     """The Markdown report and the JSON report written next to it (same name, `.json`)."""

@@ -14,6 +14,8 @@ import orjson
 
 from sglfleet.data._categories import CATEGORIES
 
+__all__ = ["MergeReport", "MixReport"]
+
 
 def _ordered(counts: Counter[str]) -> dict[str, int]:
     """Known categories first (in their usual order), then the others by name."""

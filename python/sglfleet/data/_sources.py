@@ -17,6 +17,8 @@ import orjson
 
 from sglfleet.data._errors import DataError
 
+__all__ = ["SourceType", "read_rows"]
+
 
 class SourceType(enum.StrEnum):
     JSONL = "jsonl"

@@ -11,7 +11,7 @@ from typing import Any
 from sglfleet.doctor import _driver as drv
 from sglfleet.doctor._report import Row, Status
 
-__all__ = ["DiskNeed", "HostExpect", "ModelSource", "check_host", "expected_nodes"]
+__all__ = ["DiskNeed", "HostExpect", "ModelSource", "check_host"]
 
 # The NVIDIA character major is fixed (NV_MAJOR_DEVICE_NUMBER, 195): /dev/nvidiaN is 195:N and
 # /dev/nvidiactl 195:255; nvidia-uvm's major is dynamic, read from /proc/devices, its nodes :0 and :1

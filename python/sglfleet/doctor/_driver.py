@@ -32,7 +32,6 @@ __all__ = [
     "MIN_BRANCH",
     "DriverSupport",
     "driver_support",
-    "parse_version",
 ]
 
 #: The CUDA 13.x minor-version-compatibility floor: below it the CUDA 13 runtime does not start.

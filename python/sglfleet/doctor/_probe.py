@@ -19,6 +19,8 @@ import stat
 import sys
 from typing import Any
 
+__all__: list[str] = []
+
 # nv.c writes "NVRM version: NVIDIA UNIX ... Kernel Module  580.95.05  ..." into /proc/driver/nvidia/version.
 MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\s")
 TOOLS = ("modprobe", "rmmod", "lsmod", "depmod", "nvidia-modprobe", "nvidia-smi")

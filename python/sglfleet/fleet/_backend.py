@@ -26,6 +26,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = ["ATTENTION_BACKENDS", "BackendError", "Decision", "decide", "observe_torch_cuda"]
+
 #: `--attention-backend` choices of SGLang 0.5.12: ATTENTION_BACKEND_CHOICES in
 #: python/sglang/srt/server_args.py (line 147 of the 0.5.12 wheel); "compressed" is its deprecated
 #: alias of "dsv4". The one list: role sglang, the fleet's layout and the stand-in are checked against it.

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from sglfleet.fleet._ledger import Ledger
 
+__all__ = ["EndpointError", "from_ledgers"]
+
 
 class EndpointError(ValueError):
     """The fleet hosts' ledgers give no endpoints to send to; the message names the hosts and the fix."""

@@ -21,6 +21,19 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = [
+    "ComputeProcess",
+    "Gpu",
+    "GpuFacts",
+    "GpuQueryError",
+    "combine",
+    "find_nvidia_smi",
+    "parse_compute_apps",
+    "parse_gpus",
+    "query",
+    "query_tolerant",
+]
+
 GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "compute_cap", "driver_version")
 APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
 GPU_QUERY = ("--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits")

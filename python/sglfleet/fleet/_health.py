@@ -29,6 +29,20 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "DEFAULT_TIMEOUT_S",
+    "Endpoint",
+    "FleetHealth",
+    "InstanceHealth",
+    "check_fleet",
+    "endpoint_from_url",
+    "endpoints_from_range",
+    "endpoints_from_urls",
+    "parse_loads",
+    "probe_fleet_async",
+]
+
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_INTERVAL_S = 2.0
 

@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sglfleet import host
 from sglfleet.fleet._backend import ATTENTION_BACKENDS
 
+__all__ = ["FleetSpec", "GpuInventory", "InstanceSpec", "problems"]
+
 #: The line of the sglang role's common environment file that records its backend decision.
 RECORDED_BACKEND_VARIABLE = "SGLANG_ATTENTION_BACKEND"
 #: The environment variable that carries an instance's configuration digest into its process.

@@ -26,6 +26,8 @@ from sglfleet.fleet._instances import (
     instance_count,
 )
 
+__all__ = ["Observed", "existing_instances", "observe", "unit_states"]
+
 UNIT_RE = re.compile(r"^sglang@(\d+)\.service$")
 _ENV_FILE_RE = re.compile(r"^instance-(\d+)\.env$")
 

@@ -24,6 +24,8 @@ from sglfleet import atomicio
 from sglfleet.fleet._instances import RUNNING_STATES, FleetSpec, GpuInventory, InstanceSpec, layout
 from sglfleet.fleet._instances_observe import Observed, RuntimeInputs, UnitState
 
+__all__ = ["Plan", "plan", "write_env_files"]
+
 Action = Literal["start", "roll", "none"]
 
 

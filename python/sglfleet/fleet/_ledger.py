@@ -30,6 +30,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sglfleet.atomicio import atomic_write
 
+__all__ = [
+    "DEFAULT_PATH",
+    "OPTIONAL_PHASES",
+    "PHASES",
+    "STATUSES",
+    "Ledger",
+    "LedgerError",
+    "PhaseRecord",
+    "load_ledger",
+    "record_phase",
+    "remove_phase",
+]
+
 DEFAULT_PATH = Path("/var/lib/sglfleet/ledger.json")
 
 Phase = Literal[

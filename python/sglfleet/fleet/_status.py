@@ -26,6 +26,16 @@ from sglfleet.fleet import _health as health_mod
 from sglfleet.fleet import _ledger as ledger_mod
 from sglfleet.host import NO_EQUALS, read_env_file
 
+__all__ = [
+    "FleetStatus",
+    "gather_status",
+    "instance_table",
+    "join_gpu_memory",
+    "layout_from_env_dir",
+    "parse_status_json",
+    "render",
+]
+
 DASH = "-"
 EVIDENCE_WIDTH = 70
 STATUS_STYLE = {"done": "green", "failed": "bold red", "pending": "yellow"}

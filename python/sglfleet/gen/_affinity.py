@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+__all__: list[str] = []
+
 BLOCK_CHARS = 1024
 POLICIES = ("least-loaded", "prefix")
 

@@ -27,6 +27,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+__all__ = ["completion_problem"]
+
 RETRY_STATUSES = frozenset({408, 429})
 DOWN_STATUSES = frozenset({502, 503, 504})
 JSON_HEADERS = {"Content-Type": "application/json"}

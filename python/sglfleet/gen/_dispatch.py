@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 
 from sglfleet.gen._affinity import PrefixAffinity
 
+__all__: list[str] = []
+
 
 @dataclass(eq=False)
 class Endpoint:

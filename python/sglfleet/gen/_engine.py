@@ -50,6 +50,8 @@ from sglfleet.gen._requests import RequestRunner, is_disk_full
 from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
 from sglfleet.outpath import output_problem
 
+__all__ = ["ExitCode", "GenerateConfig", "Outcome", "check_config", "run"]
+
 
 @dataclass
 class GenerateConfig:

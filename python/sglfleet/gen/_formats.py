@@ -32,6 +32,8 @@ import orjson
 
 from sglfleet.gen._ids import IdSet, id_digest
 
+__all__ = ["GenParams", "InputFormat", "iter_requests", "scan_input"]
+
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL)

@@ -19,6 +19,8 @@ import sys
 from array import array
 from collections.abc import Iterable
 
+__all__: list[str] = []
+
 _MASK = (1 << 64) - 1
 assert sys.hash_info.width == 64, "a 64-bit interpreter is needed for 64-bit id digests"
 

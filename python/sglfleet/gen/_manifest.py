@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from sglfleet.gen._dispatch import Endpoint
     from sglfleet.gen._progress import Stats
 
+__all__ = ["Manifest", "ManifestError", "load", "manifest_path"]
+
 Status = Literal["running", "complete", "complete_with_failures", "interrupted", "failed"]
 
 

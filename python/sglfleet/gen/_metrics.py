@@ -22,6 +22,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sglfleet.gen._dispatch import LATENCY_BUCKETS, EndpointPool
 from sglfleet.gen._progress import Stats
 
+__all__: list[str] = []
+
 PREFIX = "sglfleet_generate_"
 
 

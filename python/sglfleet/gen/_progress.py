@@ -20,6 +20,8 @@ from rich.text import Text
 
 from sglfleet.gen._dispatch import Endpoint
 
+__all__ = ["LogReporter", "Reporter", "RichReporter", "reporter_for"]
+
 
 @dataclass
 class Stats:

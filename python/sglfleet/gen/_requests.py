@@ -32,6 +32,8 @@ from sglfleet.gen._store import OutputStore
 if TYPE_CHECKING:
     from sglfleet.gen._engine import GenerateConfig
 
+__all__: list[str] = []
+
 
 def is_disk_full(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

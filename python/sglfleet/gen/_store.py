@@ -34,6 +34,8 @@ import orjson
 
 from sglfleet.gen._ids import IdSet, id_digest
 
+__all__ = ["OutputStore", "StoreError", "result_line"]
+
 
 class StoreError(RuntimeError):
     """The output cannot be used (locked by another run, corrupt in the middle, unwritable)."""

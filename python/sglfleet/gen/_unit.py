@@ -29,6 +29,19 @@ from sglfleet import atomicio, host
 from sglfleet.gen import _manifest as manifest_mod
 from sglfleet.gen._manifest import Manifest
 
+__all__ = [
+    "JobSpec",
+    "decide",
+    "journal_tail",
+    "observe",
+    "start",
+    "stop",
+    "summary",
+    "verdict",
+    "wait",
+    "write_env",
+]
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ACTIVE_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
 COMPLETE = frozenset({"complete", "complete_with_failures"})

@@ -18,6 +18,8 @@ from typing import Any
 
 from sglfleet.gen import _manifest as manifest
 
+__all__ = ["JobStatus", "job_status"]
+
 
 @dataclass
 class JobStatus:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+__all__ = ["PROC", "alive", "ancestors", "cmdline", "environ", "listeners", "pids", "unit"]
+
 PROC = Path("/proc")
 
 

@@ -15,6 +15,28 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+__all__ = [
+    "ENV_NAME_RE",
+    "NO_EQUALS",
+    "EnvFile",
+    "EnvFileError",
+    "Runner",
+    "Systemctl",
+    "list_units",
+    "parse_env_file",
+    "parse_show",
+    "parse_timespan",
+    "query",
+    "quote",
+    "read_env_file",
+    "run",
+    "show",
+    "show_checked",
+    "show_repeated",
+    "split_shown_list",
+    "unit_name",
+]
+
 #: argv -> stdout of a read-only `systemctl` query.
 Systemctl = Callable[[Sequence[str]], str]
 #: argv -> the finished process (`run`): for commands whose exit status matters (start, stop, show).

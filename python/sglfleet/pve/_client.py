@@ -13,12 +13,14 @@ import requests
 from proxmoxer import AuthenticationError, ProxmoxAPI, ResourceException
 
 __all__ = [
+    "CredentialProblem",
     "Credentials",
     "CtLocked",
     "PveApiError",
     "PveClient",
     "TaskFailed",
     "TaskTimeout",
+    "credential_problems",
     "task_succeeded",
 ]
 

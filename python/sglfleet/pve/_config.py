@@ -18,11 +18,7 @@ from typing import Any
 __all__ = [
     "ContainerSpec",
     "Plan",
-    "RootFs",
     "SpecError",
-    "device_value",
-    "format_props",
-    "mount_value",
     "parse_mib",
     "plan_update",
     "split_props",

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sglfleet.pve._client import Credentials, PveApiError, PveClient, TaskFailed
 from sglfleet.pve._config import ContainerSpec, Plan, SpecError, plan_update
 
-__all__ = ["STATES", "EnsureResult", "check_credentials", "check_node_devices", "ensure", "run"]
+__all__ = ["STATES", "EnsureResult", "check_node_devices", "ensure", "run"]
 
 T = TypeVar("T")
 

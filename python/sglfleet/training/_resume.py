@@ -42,6 +42,21 @@ from sglfleet import fleet, host
 from sglfleet.atomicio import move_into_place
 from sglfleet.training import _training as training_mod
 
+__all__ = [
+    "DROPIN_NAME",
+    "OLD_DROPIN_NAMES",
+    "ResumeError",
+    "dataset_state",
+    "environment_problems",
+    "file_digest",
+    "fleet_plan",
+    "gpus_not_free",
+    "install_dataset",
+    "launch_plan",
+    "loaded_rows",
+    "look",
+]
+
 #: Where a file that was in the dataset's place goes: ``<name>.kept-<time>-<hash>``.
 KEPT_INFIX = ".kept-"
 #: The transient unit's default name (systemd-run --unit).

@@ -20,6 +20,21 @@ from pydantic import BaseModel, ConfigDict
 
 from sglfleet import host
 
+__all__ = [
+    "LAUNCHER_KILL_AFTER_S",
+    "PatternError",
+    "TrainingJob",
+    "TrainingProcess",
+    "TrainingUnit",
+    "checkpoint_time_warnings",
+    "compile_patterns",
+    "discover",
+    "matching_processes",
+    "signal_number",
+    "still_alive",
+    "stop_settings_problems",
+]
+
 #: ActiveStates in which a unit still has a training job to stop.
 RUNNING_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
 

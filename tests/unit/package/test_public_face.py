@@ -1,13 +1,20 @@
 """The package's public face is what its users use: outside `python/sglfleet`, code imports a subpackage's
 public names (`from sglfleet.gen import run`), never its private modules (`sglfleet.gen._engine`), so that
-the package can rearrange its modules without breaking the Ansible modules, the CLI, the benches or tests."""
+the package can rearrange its modules without breaking the Ansible modules, the CLI, the benches or tests.
+Inside the package the same holds between siblings: `sglfleet.fleet` reads the host through
+`sglfleet.host`'s face, not through `sglfleet.host._systemd`. Each private module names what it offers in
+`__all__`, and its subpackage's face (the `if TYPE_CHECKING:` block `sglfleet._lazy.attach` reads)
+re-exports exactly that."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
 from support.paths import REPO
+
+from sglfleet._lazy import declared
 
 # Every consumer of the package. The CLI lives inside the package but is a user of the others.
 CONSUMERS = ("library", "module_utils", "bench", "tests", "testing", "scripts", "python/sglfleet/cli")
@@ -37,6 +44,7 @@ EXCEPTIONS = {
     "tests/unit/host/test_procfs.py": {"sglfleet.host._procfs"},  # the /proc readers on their own
     "tests/unit/host/test_systemd.py": {"sglfleet.host._systemd"},  # the EnvironmentFile= parser's states
     "tests/unit/doctor/test_doctor.py": {"sglfleet.doctor._probe"},  # the probe is a script run by path
+    "tests/unit/package/test_public_face.py": {"sglfleet._lazy"},  # reads each face as attach reads it
 }
 
 
@@ -97,3 +105,108 @@ def test_the_scan_sees_each_form_of_a_private_import(tmp_path: Path) -> None:
         "from . import _local\n"
     )
     assert private_imports(probe) == {"sglfleet.fleet._gpus", "sglfleet.gen._engine", "sglfleet.data._merge"}
+
+
+PACKAGE = REPO / "python" / "sglfleet"
+
+# Imports of a sibling's private module that another branch removes; each with the reason it stays.
+SIBLING_EXCEPTIONS: dict[str, set[str]] = {
+    # the merge's worker end: die_with_parent moves into sglfleet.host (issue 32, point 3)
+    "python/sglfleet/data/_merge.py": {"sglfleet.launch._die_with_parent"},
+}
+
+
+def _owner(module: str) -> str:
+    """The package (or module) a private module belongs to: the dotted path before its first private part."""
+    parts = module.split(".")
+    first = next(i for i, p in enumerate(parts) if i and p.startswith("_") and not p.startswith("__"))
+    return ".".join(parts[:first])
+
+
+def _package_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1])
+
+
+def _faces() -> list[Path]:
+    """The subpackages with a public face (an `__init__` that ends with `sglfleet._lazy.attach`)."""
+    return [p for p in sorted(PACKAGE.glob("*/__init__.py")) if "attach(__name__, __file__)" in p.read_text()]
+
+
+def test_no_module_imports_a_sibling_subpackages_private_module() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        package = _package_of(path)
+        for module in sorted(private_imports(path) - SIBLING_EXCEPTIONS.get(rel, set())):
+            owner = _owner(module)
+            # its own package's private modules, or the root package's helpers (sglfleet._lazy)
+            if not (package == owner or package.startswith(owner + ".")):
+                offenders.append(f"{rel}: {module}")
+    assert not offenders, "import the sibling's public names (its face) instead:\n" + "\n".join(offenders)
+
+
+def test_every_sibling_exception_is_still_needed() -> None:
+    stale = [
+        f"{rel}: {sorted(mods - private_imports(REPO / rel))}"
+        for rel, mods in SIBLING_EXCEPTIONS.items()
+        if not (REPO / rel).exists() or mods - private_imports(REPO / rel)
+    ]
+    assert not stale, f"drop these from SIBLING_EXCEPTIONS: {stale}"
+
+
+def _module_all(path: Path) -> list[str] | None:
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        target = node.target if isinstance(node, ast.AnnAssign) else target
+        if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+            return list(ast.literal_eval(node.value))
+    return None
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+@pytest.mark.parametrize("init", _faces(), ids=lambda p: p.parent.name)
+def test_each_private_module_declares_all_and_its_face_reexports_exactly_that(init: Path) -> None:
+    package = f"sglfleet.{init.parent.name}"
+    exported: dict[str, set[str]] = {}
+    for module, name in declared(package, str(init)).values():
+        exported.setdefault(module, set()).add(name)
+    problems = []
+    modules = sorted(init.parent.glob("_*.py"))
+    for path in (p for p in modules if p.name != "__init__.py"):
+        module = f"{package}.{path.stem}"
+        names = _module_all(path)
+        if names is None:
+            problems.append(
+                f"{module}: no __all__ (write `__all__: list[str] = []` when the face takes nothing)"
+            )
+            continue
+        if len(set(names)) != len(names):
+            problems.append(f"{module}: __all__ names a name twice")
+        if missing := sorted(set(names) - _top_level_names(path)):
+            problems.append(f"{module}: __all__ names what the module does not define: {missing}")
+        face = exported.pop(module, set())
+        if set(names) != face:
+            problems.append(
+                f"{module}: __all__ {sorted(names)} but {package}'s face takes {sorted(face)} "
+                f"(only in __all__: {sorted(set(names) - face)}; "
+                f"only on the face: {sorted(face - set(names))})"
+            )
+    problems += [
+        f"{package}'s face imports {m}, which is not a private module of it" for m in sorted(exported)
+    ]
+    assert not problems, "\n".join(problems)
