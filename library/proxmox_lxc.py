@@ -32,34 +32,6 @@ version_added: "0.1.0"
 author:
   - sglfleet maintainers (@sglfleet)
 options:
-  api_host:
-    description: PVE host name or address.
-    type: str
-    required: true
-  api_port:
-    description: PVE API port.
-    type: int
-    default: 8006
-  api_user:
-    description: PVE user, e.g. C(root@pam). With O(api_token_id), the token's owner.
-    type: str
-    required: true
-  api_token_id:
-    description: API token id (the part after C(!)); mutually exclusive with O(api_password).
-    type: str
-  api_token_secret:
-    description: API token secret (a UUID).
-    type: str
-  api_password:
-    description: Password of O(api_user); needed for O(devices).
-    type: str
-  validate_certs:
-    description: Verify the PVE TLS certificate.
-    type: bool
-    default: true
-  ca_cert:
-    description: CA certificate file to verify PVE with (e.g. a copy of C(/etc/pve/pve-root-ca.pem)).
-    type: path
   node:
     description: PVE node the container lives on.
     type: str
@@ -152,6 +124,7 @@ requirements:
   - sglfleet (with proxmoxer) on the host the module runs on
 extends_documentation_fragment:
   - attributes
+  - pve_auth
 attributes:
   check_mode:
     support: full
@@ -243,6 +216,7 @@ task_log:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
+from ansible.module_utils.sglfleet_pve import PVE_AUTH_RULES, pve_auth_argument_spec, pve_credentials
 
 with SGLFLEET:
     from sglfleet.pve import (
@@ -282,14 +256,7 @@ SPEC_KEYS = (
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "api_host": {"type": "str", "required": True},
-            "api_port": {"type": "int", "default": 8006},
-            "api_user": {"type": "str", "required": True},
-            "api_token_id": {"type": "str"},
-            "api_token_secret": {"type": "str", "no_log": True},
-            "api_password": {"type": "str", "no_log": True},
-            "validate_certs": {"type": "bool", "default": True},
-            "ca_cert": {"type": "path"},
+            **pve_auth_argument_spec(),
             "node": {"type": "str", "required": True},
             "vmid": {"type": "int", "required": True},
             "hostname": {"type": "str"},
@@ -310,23 +277,12 @@ def main() -> None:
             "state": {"type": "str", "default": "started", "choices": STATE_CHOICES},
             "timeout": {"type": "int", "default": 300},
         },
-        required_one_of=[("api_password", "api_token_id")],
-        mutually_exclusive=[("api_password", "api_token_id")],
-        required_together=[("api_token_id", "api_token_secret")],
+        **PVE_AUTH_RULES,
         supports_check_mode=True,
     )
     SGLFLEET.require(module)
     p = module.params
-    creds = Credentials(
-        host=p["api_host"],
-        port=p["api_port"],
-        user=p["api_user"],
-        token_id=p["api_token_id"],
-        token_secret=p["api_token_secret"],
-        password=p["api_password"],
-        validate_certs=p["validate_certs"],
-        ca_cert=p["ca_cert"],
-    )
+    creds = Credentials(**pve_credentials(p))
     try:
         spec = ContainerSpec.from_args(vmid=p["vmid"], **{k: p[k] for k in SPEC_KEYS})
         result = run(

@@ -277,70 +277,68 @@ _MASK = "********"
 _BACKEND_WORDS = {"recorded": "", "none": None}
 
 
+# Every FleetSpec field is an option of the same name (tests/unit/fleet/test_instances.py checks the
+# argument spec against the model's fields and defaults); these options are the module's own.
+MODULE_ONLY = ("state", "nvidia_smi")
+# How an option's value becomes the field's, where the value as Ansible gives it is not the field's.
+_TO_FIELD = {
+    "gpu_ids": lambda ids: tuple(tuple(item) if isinstance(item, list) else item for item in ids),
+    "instance_models": tuple,
+    "attention_backend": lambda word: _BACKEND_WORDS.get(word, word),
+    "api_key": lambda key: key or "",
+    "extra_args": tuple,
+    "environment": lambda env: {k: str(v) for k, v in env.items()},
+}
+
+
+def fleet_spec(params):
+    """The FleetSpec of the module's parameters: each field from the option of its name."""
+    return FleetSpec(
+        **{name: _TO_FIELD.get(name, lambda value: value)(params[name]) for name in FleetSpec.model_fields}
+    )
+
+
 def _spec(module, params):
-    gpu_ids = [tuple(item) if isinstance(item, list) else item for item in params["gpu_ids"]]
     try:
-        return FleetSpec(
-            instances=params["instances"],
-            gpu_ids=tuple(gpu_ids),
-            instance_models=tuple(params["instance_models"]),
-            check_gpus=params["check_gpus"],
-            host=params["host"],
-            port_base=params["port_base"],
-            model_path=params["model_path"],
-            served_model_name=params["served_model_name"],
-            attention_backend=_BACKEND_WORDS.get(params["attention_backend"], params["attention_backend"]),
-            mem_fraction_static=params["mem_fraction_static"],
-            context_length=params["context_length"],
-            max_running_requests=params["max_running_requests"],
-            watchdog_timeout=params["watchdog_timeout"],
-            enable_metrics=params["enable_metrics"],
-            api_key=params["api_key"] or "",
-            api_key_variable=params["api_key_variable"],
-            extra_args=tuple(params["extra_args"]),
-            environment={k: str(v) for k, v in params["environment"].items()},
-            config_dir=params["config_dir"],
-            common_env_file=params["common_env_file"],
-            venv=params["venv"],
-            unit_text=params["unit_text"],
-            host_name=params["host_name"],
-            vars_prefix=params["vars_prefix"],
-        )
+        return fleet_spec(params)
     except ValueError as exc:  # pydantic: a GPU id that is no integer, a model entry without model_path
         prefix = params["vars_prefix"]
         module.fail_json(msg=f"{prefix}gpu_ids / {prefix}instance_models: {exc}")
 
 
+ARGUMENT_SPEC = {
+    "state": {"type": "str", "choices": ["planned", "present"], "default": "planned"},
+    "instances": {"type": "int"},
+    "gpu_ids": {"type": "list", "elements": "raw", "default": []},
+    "instance_models": {"type": "list", "elements": "raw", "default": []},
+    "check_gpus": {"type": "bool", "default": True},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "host": {"type": "str", "default": "127.0.0.1"},
+    "port_base": {"type": "int", "default": 30000},
+    "model_path": {"type": "str", "default": ""},
+    "served_model_name": {"type": "str", "default": ""},
+    "attention_backend": {"type": "str", "default": "recorded"},
+    "mem_fraction_static": {"type": "float"},
+    "context_length": {"type": "int"},
+    "max_running_requests": {"type": "int"},
+    "watchdog_timeout": {"type": "float"},
+    "enable_metrics": {"type": "bool", "default": True},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "api_key_variable": {"type": "str", "default": "", "no_log": False},
+    "extra_args": {"type": "list", "elements": "str", "default": []},
+    "environment": {"type": "dict", "default": {}},
+    "config_dir": {"type": "path", "default": "/etc/sglang"},
+    "common_env_file": {"type": "path", "default": "/etc/sglang/common.env"},
+    "venv": {"type": "path", "default": "/opt/sglang/venv"},
+    "unit_text": {"type": "str", "default": ""},
+    "host_name": {"type": "str", "default": "this host"},
+    "vars_prefix": {"type": "str", "default": ""},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "state": {"type": "str", "choices": ["planned", "present"], "default": "planned"},
-            "instances": {"type": "int"},
-            "gpu_ids": {"type": "list", "elements": "raw", "default": []},
-            "instance_models": {"type": "list", "elements": "raw", "default": []},
-            "check_gpus": {"type": "bool", "default": True},
-            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "host": {"type": "str", "default": "127.0.0.1"},
-            "port_base": {"type": "int", "default": 30000},
-            "model_path": {"type": "str", "default": ""},
-            "served_model_name": {"type": "str", "default": ""},
-            "attention_backend": {"type": "str", "default": "recorded"},
-            "mem_fraction_static": {"type": "float"},
-            "context_length": {"type": "int"},
-            "max_running_requests": {"type": "int"},
-            "watchdog_timeout": {"type": "float"},
-            "enable_metrics": {"type": "bool", "default": True},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "api_key_variable": {"type": "str", "default": "", "no_log": False},
-            "extra_args": {"type": "list", "elements": "str", "default": []},
-            "environment": {"type": "dict", "default": {}},
-            "config_dir": {"type": "path", "default": "/etc/sglang"},
-            "common_env_file": {"type": "path", "default": "/etc/sglang/common.env"},
-            "venv": {"type": "path", "default": "/opt/sglang/venv"},
-            "unit_text": {"type": "str", "default": ""},
-            "host_name": {"type": "str", "default": "this host"},
-            "vars_prefix": {"type": "str", "default": ""},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     SGLFLEET.require(module)

@@ -90,8 +90,10 @@ options:
         description: The container's inventory hostname (the row's host).
         type: str
         required: true
+      # The PVE login: the doc fragment pve_auth's options (a fragment cannot reach suboptions), kept
+      # equal to it by tests/unit/modules/test_module_docs.py.
       api_host:
-        description: PVE API host.
+        description: PVE host name or address.
         type: str
         required: true
       api_port:
@@ -99,27 +101,27 @@ options:
         type: int
         default: 8006
       api_user:
-        description: PVE user.
+        description: PVE user, e.g. C(root@pam). With O(pve[].api_token_id), the token's owner.
         type: str
-        default: root@pam
+        required: true
       api_token_id:
-        description: API token id (the part after C(!)); empty for a password login.
+        description:
+          - API token id (the part after C(!)); mutually exclusive with O(pve[].api_password).
+          - Empty is no token.
         type: str
-        default: ""
       api_token_secret:
-        description: API token secret.
+        description: API token secret (a UUID).
         type: str
-        default: ""
       api_password:
-        description: Password of I(api_user).
+        description:
+          - Password of O(pve[].api_user). Empty is no password.
         type: str
-        default: ""
       validate_certs:
-        description: Verify the API's TLS certificate.
+        description: Verify the PVE TLS certificate.
         type: bool
         default: true
       ca_cert:
-        description: CA bundle for the API's certificate.
+        description: CA certificate file to verify PVE with (e.g. a copy of C(/etc/pve/pve-root-ca.pem)).
         type: path
       node:
         description: The PVE node name.
@@ -189,6 +191,7 @@ blockers:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
+from ansible.module_utils.sglfleet_pve import pve_auth_argument_spec, pve_credentials
 
 with SGLFLEET:
     from sglfleet.doctor import DiskNeed, HostExpect, ModelSource, blockers, check_host
@@ -210,14 +213,7 @@ HOST_OPTIONS = {
 }
 PVE_OPTIONS = {
     "host": {"type": "str", "required": True},
-    "api_host": {"type": "str", "required": True},
-    "api_port": {"type": "int", "default": 8006},
-    "api_user": {"type": "str", "default": "root@pam"},
-    "api_token_id": {"type": "str", "default": ""},
-    "api_token_secret": {"type": "str", "default": "", "no_log": True},
-    "api_password": {"type": "str", "default": "", "no_log": True},
-    "validate_certs": {"type": "bool", "default": True},
-    "ca_cert": {"type": "path"},
+    **pve_auth_argument_spec(),
     "node": {"type": "str", "required": True},
     "vmid": {"type": "int", "required": True},
     "storage": {"type": "str", "required": True},
@@ -256,16 +252,7 @@ def _pve_rows(entry):
     from sglfleet.doctor import ProvisionNeeds, check_pve
     from sglfleet.pve import Credentials
 
-    creds = Credentials(
-        host=entry["api_host"],
-        port=entry["api_port"],
-        user=entry["api_user"],
-        token_id=entry["api_token_id"] or None,
-        token_secret=entry["api_token_secret"] or None,
-        password=entry["api_password"] or None,
-        validate_certs=entry["validate_certs"],
-        ca_cert=entry["ca_cert"],
-    )
+    creds = Credentials(**pve_credentials(entry))
     needs = ProvisionNeeds(
         node=entry["node"],
         vmid=entry["vmid"],

@@ -302,6 +302,40 @@ def test_module_documentation_renders() -> None:
     assert_examples_use_documented_options("sglang_instances", doc)
 
 
+def _library_module(name: str) -> dict[str, object]:
+    """library/<name>.py's globals, loaded as Ansible loads it (its module_utils found), main() not run."""
+    import runpy
+
+    import ansible.module_utils
+    from support.module_runner import LIBRARY, MODULE_UTILS
+
+    if str(MODULE_UTILS) not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(str(MODULE_UTILS))
+    return runpy.run_path(str(LIBRARY / f"{name}.py"), run_name="probe")
+
+
+def test_each_fleetspec_field_is_the_module_option_of_its_name_with_the_models_default() -> None:
+    """FleetSpec's fields are written once: sglang_instances passes each option of a field's name (a new
+    field without its option fails here), and its defaults build the model's defaults."""
+    module = _library_module("sglang_instances")
+    options = module["ARGUMENT_SPEC"]
+    fields = set(inst.FleetSpec.model_fields)
+    assert set(options) - fields == set(module["MODULE_ONLY"]), (
+        "an option that is neither a field nor the module's"
+    )
+    assert fields <= set(options), f"fields without an option: {sorted(fields - set(options))}"
+    assert set(module_doc("sglang_instances")["doc"]["options"]) == set(options)
+    defaults = {name: option.get("default") for name, option in options.items()}
+    assert module["fleet_spec"](defaults) == inst.FleetSpec(environment={})
+    given = dict(defaults, gpu_ids=[[0, 1], 2], environment={"NCCL_DEBUG": 1}, attention_backend="none")
+    built = module["fleet_spec"](given)
+    assert (built.gpu_ids, built.environment, built.attention_backend) == (
+        ((0, 1), 2),
+        {"NCCL_DEBUG": "1"},
+        None,
+    )
+
+
 def test_the_backend_lists_are_sglang_0_5_12s() -> None:
     from sglfleet_testing.standin.cli import ATTENTION_BACKENDS as STANDIN
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,57 @@ def test_without_the_package_the_module_says_which_library_is_missing(name: str,
     assert result["failed"] is True
     assert "Failed to import the required Python library (sglfleet)" in result["msg"], result["msg"]
     assert "/opt/sglfleet/venv/bin/python" in result["msg"]
+
+
+def _fragment_options() -> dict[str, dict]:
+    sys.path.insert(0, str(LIBRARY.parent / "doc_fragments"))
+    try:
+        from pve_auth import ModuleDocFragment
+    finally:
+        sys.path.pop(0)
+    return yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
+
+
+def _pve_auth_spec() -> dict[str, dict]:
+    sys.path.insert(0, str(LIBRARY.parent / "module_utils"))
+    try:
+        from sglfleet_pve import PVE_AUTH_OPTIONS, pve_auth_argument_spec
+    finally:
+        sys.path.pop(0)
+    spec = pve_auth_argument_spec()
+    assert list(spec) == list(PVE_AUTH_OPTIONS)
+    return spec
+
+
+def _as_doc(option: dict) -> dict:
+    """An option's documentation as ansible-doc gives it: descriptions a list, `required` false if unset."""
+    description = option["description"]
+    return {
+        "description": [description] if isinstance(description, str) else description,
+        "type": option["type"],
+        "required": option.get("required", False),
+        **({"default": option["default"]} if "default" in option else {}),
+    }
+
+
+def test_the_pve_login_is_written_once_and_documented_as_specified() -> None:
+    """module_utils/sglfleet_pve.py's spec, doc_fragments/pve_auth.py's documentation: the same options,
+    types, defaults and required flags; proxmox_lxc takes both, sglfleet_doctor's `pve` entries take the
+    spec and restate the fragment word for word (a fragment cannot reach suboptions)."""
+    fragment = _fragment_options()
+    spec = _pve_auth_spec()
+    assert list(fragment) == list(spec)
+    for name, option in spec.items():
+        documented = fragment[name]
+        assert documented["type"] == option["type"], name
+        assert documented.get("required", False) == option.get("required", False), name
+        assert documented.get("default") == option.get("default"), name
+    lxc = module_doc("proxmox_lxc")["doc"]["options"]
+    assert {k: _as_doc(lxc[k]) for k in spec} == {k: _as_doc(v) for k, v in fragment.items()}
+    doctor = module_doc("sglfleet_doctor")["doc"]["options"]["pve"]["suboptions"]
+    restated = {k: json.loads(json.dumps(_as_doc(doctor[k])).replace("O(pve[].", "O(")) for k in spec}
+    assert restated == {k: _as_doc(v) for k, v in fragment.items()}
+    for name in ("proxmox_lxc", "sglfleet_doctor"):
+        text = (LIBRARY / f"{name}.py").read_text()
+        assert "**pve_auth_argument_spec()" in text and "pve_credentials(" in text, name
+        assert '"api_password": {' not in text, f"{name} spells a login option itself"

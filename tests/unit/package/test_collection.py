@@ -60,6 +60,11 @@ def test_the_modules_use_the_collections_import_guard_and_doc_fragment(installed
         assert f"ansible_collections.{FQCN}.plugins.module_utils.sglfleet_deps" in text, module
         assert f"  - {FQCN}.attributes\n" in text, module
         assert "  - attributes" not in text, f"{module}: a fragment name outside the collection"
+        assert "  - pve_auth" not in text and "from ansible.module_utils.sglfleet_" not in text, module
+    for module in ("proxmox_lxc.py", "sglfleet_doctor.py"):  # the PVE login spec, shared
+        text = (root / "plugins" / "modules" / module).read_text()
+        assert f"from ansible_collections.{FQCN}.plugins.module_utils.sglfleet_pve import" in text, module
+    assert f"  - {FQCN}.pve_auth\n" in (root / "plugins" / "modules" / "proxmox_lxc.py").read_text()
 
 
 def test_ansible_doc_renders_modules_and_roles_from_the_install_alone(installed: Installed) -> None:
@@ -72,6 +77,11 @@ def test_ansible_doc_renders_modules_and_roles_from_the_install_alone(installed:
         # the description comes from the fragment, the support from the module (or the fragment's variant)
         assert attributes["check_mode"]["support"] == "full" and attributes["check_mode"]["description"]
         assert attributes["diff_mode"]["description"], name
+    # the login options come from the fragment sglfleet.ops.pve_auth
+    lxc = ansible_doc(env, cwd, "--json", f"{FQCN}.proxmox_lxc")
+    assert lxc.returncode == 0 and "[WARNING]" not in lxc.stderr, lxc.stderr
+    options = next(iter(json.loads(lxc.stdout).values()))["doc"]["options"]
+    assert options["api_token_secret"]["type"] == "str" and options["api_host"]["required"] is True
     role = ansible_doc(env, cwd, "-t", "role", f"{FQCN}.generate")
     assert role.returncode == 0 and "generate_max_failures" in role.stdout, role.stderr
 
