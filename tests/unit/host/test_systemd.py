@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -229,3 +230,16 @@ def test_a_string_list_reads_back_as_systemctl_show_quotes_it() -> None:
     shown = r'A=1 "B=two words" "C=\$HOME \"q\"" A=3  '
     assert systemd.split_shown_list(shown) == ["A=1", "B=two words", 'C=$HOME "q"', "A=3"]
     assert systemd.split_shown_list("") == []
+
+
+def test_systemctl_show_runs_only_here() -> None:
+    """Every `systemctl show` of the package is one of this module's (show, show_checked, show_repeated):
+    one parser of its output, one place that knows how it prints repeated and missing properties."""
+    package = Path(systemd.__file__).resolve().parents[1]
+    spelled = re.compile(r"""["']systemctl["'],\s*["']show["']""")
+    elsewhere = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "_systemd.py" and spelled.search(path.read_text(encoding="utf-8"))
+    ]
+    assert not elsewhere, f"call sglfleet.host.show / show_checked / show_repeated instead: {elsewhere}"

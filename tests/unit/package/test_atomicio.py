@@ -4,6 +4,7 @@ the rename that moves a staged copy into place."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -70,3 +71,15 @@ def test_move_into_place_refuses_a_fifo_and_a_copy_in_another_directory(tmp_path
     with pytest.raises(OSError, match="a rename cannot move it in"):
         atomicio.move_into_place(staged, tmp_path / "other" / "data.jsonl")
     assert staged.exists() and not (tmp_path / "other" / "data.jsonl").exists()
+
+
+def test_every_rename_of_the_package_is_atomicios() -> None:
+    """One atomic rename serves every writer: no other module renames a file into place itself."""
+    package = Path(atomicio.__file__).resolve().parent
+    elsewhere = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "atomicio.py"
+        and re.search(r"\bos\.(replace|rename)\(", path.read_text(encoding="utf-8"))
+    ]
+    assert not elsewhere, f"write through sglfleet.atomicio instead: {elsewhere}"
