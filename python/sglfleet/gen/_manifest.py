@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from sglfleet.atomicio import atomic_write
 from sglfleet.gen._store import errors_path
+from sglfleet.records import ResultsSummary
 
 if TYPE_CHECKING:
     from sglfleet.gen._dispatch import Endpoint
@@ -81,6 +83,7 @@ class Manifest(BaseModel):
     message: str = ""
     endpoint_stats: dict[str, dict[str, float]] = Field(default_factory=dict)
     pid: int | None = None  # of the run that wrote it
+    results: ResultsSummary | None = None  # the output as it was when written (None: an older manifest)
 
 
 class ManifestError(RuntimeError):
@@ -121,10 +124,16 @@ def _now() -> str:
 class ManifestWriter:
     """The manifest of one run of the job writing ``output``: what it was asked (``input_info``,
     ``params``), and from the run's stats and endpoints, how far it got; the timings carry on from
-    ``previous``, the manifest of the runs before it (None: the first run)."""
+    ``previous``, the manifest of the runs before it (None: the first run); ``results`` says what the
+    output holds each time it is written (:meth:`sglfleet.gen.OutputStore.summary`)."""
 
     def __init__(
-        self, output: Path, input_info: InputInfo, params: dict[str, Any], previous: Manifest | None
+        self,
+        output: Path,
+        input_info: InputInfo,
+        params: dict[str, Any],
+        previous: Manifest | None,
+        results: Callable[[], ResultsSummary | None] | None = None,
     ) -> None:
         self.path = manifest_path(output)
         self.errors_file = str(errors_path(output))
@@ -134,6 +143,7 @@ class ManifestWriter:
         self.first_started = previous.timings.first_started_at if previous else self.run_started
         self.runs = previous.timings.runs + 1 if previous else 1  # this run counts once it writes
         self.elapsed_before = previous.timings.total_elapsed_s if previous else 0.0
+        self.results = results
 
     def build(self, stats: Stats, status: Status, endpoints: list[Endpoint], message: str = "") -> Manifest:
         elapsed = stats.elapsed()
@@ -157,6 +167,7 @@ class ManifestWriter:
             message=message,
             endpoint_stats={e.url: _endpoint_stats(e) for e in endpoints},
             pid=os.getpid(),
+            results=self.results() if self.results is not None else None,
         )
 
     def save(self, stats: Stats, status: Status, endpoints: list[Endpoint], message: str = "") -> Manifest:
