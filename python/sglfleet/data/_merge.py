@@ -194,8 +194,6 @@ def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, An
             raise bad("body", body, "an object with messages")
         field = "body.messages"
         messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad(field, messages, "a list of messages")
     try:  # the prompt as generate validated it (sglfleet.records): content parts, tool calls kept
         check_messages(messages, field)
     except RecordError as exc:
