@@ -175,7 +175,7 @@ def result_of(record: Any) -> Result | None:
     if response is None:
         return None
     status = response.get("status_code")
-    if status != 200 or isinstance(status, bool):
+    if type(status) is not int or status != 200:  # not 200.0, not true
         return None
     body = _expect("response.body", response.get("body"), dict, "an object")
     if body is None:
@@ -194,9 +194,34 @@ def result_of(record: Any) -> Result | None:
 def done_of(raw: bytes) -> tuple[str, int, int] | None:
     """(custom_id, prompt tokens, completion tokens) of an output line that is a well-formed success;
     None for any other line (resume sends that id again). ``orjson.JSONDecodeError`` when it is not
-    JSON at all."""
+    JSON at all.
+
+    Resume reads every line of the output with it, so the shape ``generate`` writes is checked inline
+    first (the same rules as :func:`result_of`, without its calls); any other line takes
+    :func:`full_done_of`, and a test holds both to the same answer on adversarial lines."""
+    record = orjson.loads(raw)
+    if type(record) is dict and record.get("error") is None:
+        cid, response = record.get("custom_id"), record.get("response")
+        if type(cid) is str and cid and type(response) is dict and type(response.get("status_code")) is int:
+            body = response.get("body") if response["status_code"] == 200 else None
+            choices = body.get("choices") if type(body) is dict else None
+            if type(choices) is list and choices and type(choices[0]) is dict:
+                usage = body.get("usage") if type(choices[0].get("message", {})) is dict else None  # type: ignore[union-attr]
+                if type(usage) is dict:
+                    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+                    if type(p) is int and type(c) is int and p >= 0 and c >= 0:
+                        return cid, p, c
+    return _done(record)
+
+
+def full_done_of(raw: bytes) -> tuple[str, int, int] | None:
+    """:func:`done_of` without its fast path: :func:`result_of` of the parsed line."""
+    return _done(orjson.loads(raw))
+
+
+def _done(record: Any) -> tuple[str, int, int] | None:
     try:
-        found = result_of(orjson.loads(raw))
+        found = result_of(record)
     except RecordError:
         return None
     if found is None:

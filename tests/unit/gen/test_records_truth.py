@@ -17,7 +17,7 @@ from support.generate import latency_servers, read_jsonl, run_job, write_batch
 from sglfleet.cli import main
 from sglfleet.data import DataError, merge
 from sglfleet.gen import ExitCode, OutputStore, StoreError, job_status, result_line
-from sglfleet.records import RESULTS_MISSING, done_of
+from sglfleet.records import RESULTS_MISSING, done_of, full_done_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -133,6 +133,41 @@ ADVERSARIAL: list[tuple[str, bytes, bool]] = [
     ("custom_id empty", _success(""), False),
     ("a JSON list", b"[1, 2]\n", False),
 ]
+
+
+# more shapes at the fast path's edges (each checked against the full parse)
+EDGES: list[bytes] = [
+    _with(lambda r: r["response"].update(status_code=200.0)),
+    _with(lambda r: r["response"]["body"]["usage"].pop("prompt_tokens")),
+    _with(lambda r: r["response"]["body"]["usage"].update(completion_tokens=None)),
+    _success("x").replace(b'"prompt_tokens":5', b'"prompt_tokens":123456789012345678901234567890'),
+    _with(lambda r: r["response"]["body"]["choices"][0].pop("message")),
+    _with(lambda r: r["response"]["body"]["choices"][0].update(message=None)),
+    _with(lambda r: r["response"]["body"]["choices"].__setitem__(0, [])),
+    _with(lambda r: r["response"]["body"].update(usage=None)),
+    _with(lambda r: r.update(error=False)),
+    _with(lambda r: r.update(error=0)),
+    _with(lambda r: r.update(custom_id=["x"])),
+    _with(lambda r: r.update(response=[])),
+    _with(lambda r: r["response"].update(body=None)),
+    b'{"custom_id": "x", "custom_id": 7, "response": {"status_code": 200}}\n',
+    b"  " + _success("x").rstrip() + b"  \n",
+    b"\xef\xbb\xbf" + _success("x"),
+]
+
+
+@pytest.mark.parametrize("line", [a[1] for a in ADVERSARIAL] + EDGES)
+def test_resumes_fast_path_agrees_with_the_full_parse(line: bytes) -> None:
+    """`done_of` checks the shape generate writes inline; on every line it says what the full parse
+    (`result_of`) says, and on every cut of the line too (both refuse what is not JSON)."""
+    for raw in [line] + [line[:cut] for cut in range(1, len(line))]:
+        try:
+            full = full_done_of(raw)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                done_of(raw)
+            continue
+        assert done_of(raw) == full, raw
 
 
 def _prompts(path: Path, ids: list[str]) -> None:
