@@ -5,6 +5,7 @@
   the one rule ``sglfleet generate`` validates its input with and ``sglfleet merge`` reads its prompts
   with, so whatever generate sends, merge carries through (content parts, an assistant turn with
   ``content: null`` and ``tool_calls``, kept as the prompt had them);
+* the OpenAI Batch request line: :func:`request_line` (what ``sglfleet mix`` writes);
 * the OpenAI Batch output lines: :func:`result_line` (a success) and :func:`error_line` (a failure),
   written by ``generate``; :func:`result_of` reads one back. A line is a *result* only when it is a
   JSON object with a string ``custom_id``, no ``error``, ``response.status_code`` 200 and a body
@@ -84,6 +85,21 @@ def message_text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(p["text"] for p in content if isinstance(p.get("text"), str))
     return ""
+
+
+# --- the request line ------------------------------------------------------------------------------
+
+
+def request_line(
+    custom_id: str, url: str, body: dict[str, Any], metadata: dict[str, Any] | None = None
+) -> bytes:
+    """One OpenAI Batch input line, ``{"custom_id", "method": "POST", "url", "body"}`` (what
+    ``sglfleet mix`` writes and ``generate`` reads), with ``metadata`` when given (merge reads its
+    ``category``)."""
+    line: dict[str, Any] = {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+    if metadata is not None:
+        line["metadata"] = metadata
+    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # --- the output lines -------------------------------------------------------------------------------
