@@ -207,6 +207,19 @@ def result_of(record: Any) -> Result | None:
     return Result(cid, body, choice, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
 
 
+def answer_problem(body: Any) -> str | None:
+    """Why a 200 answer's ``body`` would not be a result (resume would send it again, merge drop or
+    refuse it), in words naming the field; None when it would be one. For the request path: an answer
+    it rejects is that request's ``invalid_response``, never written as a result."""
+    try:
+        found = result_of({"custom_id": "-", "response": {"status_code": 200, "body": body}})
+    except RecordError as exc:
+        return str(exc)
+    if found is None:
+        return "response.body has no choices" if isinstance(body, dict) else "response.body is null"
+    return None
+
+
 def done_of(raw: bytes) -> tuple[str, int, int] | None:
     """(custom_id, prompt tokens, completion tokens) of an output line that is a well-formed success;
     None for any other line (resume sends that id again). ``orjson.JSONDecodeError`` when it is not

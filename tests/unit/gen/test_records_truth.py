@@ -17,7 +17,7 @@ from support.generate import latency_servers, read_jsonl, run_job, write_batch
 from sglfleet.cli import main
 from sglfleet.data import DataError, merge
 from sglfleet.gen import ExitCode, OutputStore, StoreError, job_status, result_line
-from sglfleet.records import RESULTS_MISSING, done_of, full_done_of
+from sglfleet.records import RESULTS_MISSING, answer_problem, done_of, full_done_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -168,6 +168,17 @@ def test_resumes_fast_path_agrees_with_the_full_parse(line: bytes) -> None:
                 done_of(raw)
             continue
         assert done_of(raw) == full, raw
+
+
+def test_answer_problem_says_what_resume_would_not_count() -> None:
+    """The request path's check of an answer (before it is stored) is the store's definition."""
+    assert answer_problem(_answer()) is None
+    bad = _answer()
+    bad["usage"]["prompt_tokens"] = "abc"
+    assert answer_problem(bad) == "response.body.usage.prompt_tokens is a string, expected an integer"
+    assert answer_problem({"choices": []}) == "response.body has no choices"
+    assert answer_problem(None) == "response.body is null"
+    assert answer_problem([1]) == "response.body is a list, expected an object"
 
 
 def _prompts(path: Path, ids: list[str]) -> None:
