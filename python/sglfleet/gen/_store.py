@@ -17,6 +17,12 @@ power loss loses at most the results of that interval, which the next run regene
 the middle of a write leaves a torn last line: :meth:`OutputStore.open` cuts it before reading the
 ids already done; a write that fails (a full disk) is cut back at once, so the file never holds
 half a line. An exclusive ``flock`` on ``OUT`` refuses a second writer.
+
+The lines are :mod:`sglfleet.records`' (written by its ``result_line`` / ``error_line``); on resume
+an id is done only when ``OUT`` holds a well-formed success for it (``records.done_of``): any other
+line is passed over and its id sent again. :meth:`OutputStore.summary` is what the manifest records
+of ``OUT`` (its size, the success lines, a fingerprint of its end), which status and merge check the
+file on disk against.
 """
 
 from __future__ import annotations
