@@ -16,7 +16,8 @@
   the results in it, a SHA-256 of its last bytes), and :func:`results_problem`, which compares it
   with the file on disk: the results on disk are the truth, a manifest only a summary of them.
 
-The manifest's other fields are :mod:`sglfleet.gen`'s ``Manifest`` (it embeds :class:`ResultsSummary`).
+* :class:`Manifest` (``OUT.manifest.json``): the job's input, parameters, counts and timings, and the
+  :class:`ResultsSummary` of its output; :mod:`sglfleet.gen` reads, writes and fills it.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -307,3 +308,65 @@ def results_problem(output: Path, summary: ResultsSummary | None, done: int = 0)
         return None
     finally:
         os.close(fd)
+
+
+# --- the manifest -----------------------------------------------------------------------------------
+# ``OUT.manifest.json``: what a job was asked, how far it got, and what its results file held when it
+# was written (read, written and filled by :mod:`sglfleet.gen`'s manifest module).
+
+Status = Literal["running", "complete", "complete_with_failures", "interrupted", "failed"]
+
+
+class Counts(BaseModel):
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    remaining: int = 0
+    sent_this_run: int = 0
+    retries_this_run: int = 0
+    resent_this_run: int = 0  # requests sent to a second endpoint because theirs stalled
+
+
+class Tokens(BaseModel):
+    prompt: int = 0
+    completion: int = 0
+
+
+class Throughput(BaseModel):
+    requests_per_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    eta_s: float | None = None  # seconds left at the recent rate; None: unknown (nothing answering lately)
+
+
+class Timings(BaseModel):
+    first_started_at: str
+    run_started_at: str
+    updated_at: str
+    run_elapsed_s: float = 0.0
+    total_elapsed_s: float = 0.0
+    runs: int = 1
+
+
+class InputInfo(BaseModel):
+    path: str
+    sha256: str
+    format: str
+    requests: int
+    size: int | None = None  # bytes validated and sent from (None: a manifest from before it was kept)
+
+
+class Manifest(BaseModel):
+    version: Literal[1] = 1
+    status: Status
+    input: InputInfo
+    params: dict[str, Any]
+    endpoints: list[str]
+    counts: Counts
+    tokens: Tokens
+    throughput: Throughput
+    timings: Timings
+    errors_file: str
+    message: str = ""
+    endpoint_stats: dict[str, dict[str, float]] = Field(default_factory=dict)
+    pid: int | None = None  # of the run that wrote it
+    results: ResultsSummary | None = None  # the output as it was when written (None: an older manifest)

@@ -16,74 +16,26 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from sglfleet.atomicio import atomic_write
 from sglfleet.gen._store import errors_path
-from sglfleet.records import ResultsSummary
+from sglfleet.records import (  # the manifest's record, declared with the job's other records
+    Counts,
+    InputInfo,
+    Manifest,
+    ResultsSummary,
+    Status,
+    Throughput,
+    Timings,
+    Tokens,
+)
 
 if TYPE_CHECKING:
     from sglfleet.gen._dispatch import Endpoint
     from sglfleet.gen._progress import Stats
-
-Status = Literal["running", "complete", "complete_with_failures", "interrupted", "failed"]
-
-
-class Counts(BaseModel):
-    total: int = 0
-    done: int = 0
-    failed: int = 0
-    remaining: int = 0
-    sent_this_run: int = 0
-    retries_this_run: int = 0
-    resent_this_run: int = 0  # requests sent to a second endpoint because theirs stalled
-
-
-class Tokens(BaseModel):
-    prompt: int = 0
-    completion: int = 0
-
-
-class Throughput(BaseModel):
-    requests_per_s: float = 0.0
-    output_tokens_per_s: float = 0.0
-    eta_s: float | None = None  # seconds left at the recent rate; None: unknown (nothing answering lately)
-
-
-class Timings(BaseModel):
-    first_started_at: str
-    run_started_at: str
-    updated_at: str
-    run_elapsed_s: float = 0.0
-    total_elapsed_s: float = 0.0
-    runs: int = 1
-
-
-class InputInfo(BaseModel):
-    path: str
-    sha256: str
-    format: str
-    requests: int
-    size: int | None = None  # bytes validated and sent from (None: a manifest from before it was kept)
-
-
-class Manifest(BaseModel):
-    version: Literal[1] = 1
-    status: Status
-    input: InputInfo
-    params: dict[str, Any]
-    endpoints: list[str]
-    counts: Counts
-    tokens: Tokens
-    throughput: Throughput
-    timings: Timings
-    errors_file: str
-    message: str = ""
-    endpoint_stats: dict[str, dict[str, float]] = Field(default_factory=dict)
-    pid: int | None = None  # of the run that wrote it
-    results: ResultsSummary | None = None  # the output as it was when written (None: an older manifest)
 
 
 class ManifestError(RuntimeError):
