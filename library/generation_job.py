@@ -29,7 +29,10 @@ description:
     was validated (I(force) goes on); 7 no space left on the output's disk; 1 other fatal error; 130
     interrupted. All but 0, 2 and 3 leave the job resumable: the next start resumes."
   - I(state=stopped) stops a running job gracefully (SIGTERM; in-flight requests get I(grace) seconds).
-  - The counts, tokens and throughput returned come from the job's C(OUT.manifest.json).
+  - "The counts, tokens and throughput returned come from the job's C(OUT.manifest.json); the results
+    file on disk is checked against it (the manifest records its size and a fingerprint): a complete
+    job whose output was deleted, emptied or cut short reads C(results_missing) (results missing or
+    short, rerun resumes) and is started again (it resumes)."
   - Needs systemd and the C(sglfleet) Python package on the target.
 version_added: "0.1.0"
 author:
@@ -219,7 +222,8 @@ unit:
   type: str
   sample: sglfleet-gen-regen-2026-12.service
 status:
-  description: "The job: running, complete, complete_with_failures, interrupted, failed or absent."
+  description: "The job: running, complete, complete_with_failures, interrupted, failed, results_missing
+    (complete, but its output is not what the manifest summarised) or absent."
   returned: always
   type: str
 state:

@@ -18,8 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="print a job's progress from its manifest",
         description="Print the progress of the `sglfleet generate` job writing OUT (from OUT.manifest.json, "
         "rewritten every few seconds while it runs): state, done/total, failures, rate, ETA, endpoints. "
-        "Exit status: 0 complete, 3 complete with failures, 10 running, 11 stopped, interrupted or "
-        "failed (rerun to resume), 2 no manifest.",
+        "Exit status: 0 complete, 3 complete with failures, 10 running, 11 stopped, interrupted, "
+        "failed, or results missing or short (its output is not what the manifest summarised): rerun to "
+        "resume, 2 no manifest.",
     )
     status.add_argument("output", type=Path, metavar="OUT", help="the job's --output")
     status.add_argument("--json", action="store_true", help="print JSON")

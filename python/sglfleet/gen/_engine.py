@@ -467,7 +467,11 @@ async def _execute(
     """Send the pending requests and write their results; the outcome of the run."""
     stats = _stats_at_start(prepared)
     writer = manifest.ManifestWriter(
-        Path(config.output), _input_info(config, prepared.scan), config.params.record(), prepared.previous
+        Path(config.output),
+        _input_info(config, prepared.scan),
+        config.params.record(),
+        prepared.previous,
+        prepared.store.summary,
     )
     reporter = reporter or LogReporter(sys.stdout)
     # a connection per request slot, and one each for an endpoint's health watcher and prober: a

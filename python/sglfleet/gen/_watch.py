@@ -5,6 +5,10 @@ lock whether a run holds it, so a job killed without a chance to write its last 
 ``stopped`` rather than ``running`` forever; the counts of a job that is not running are then read
 from its files (one line per result), which a killed run or a full disk leaves ahead of the manifest.
 The ETA is the running job's own (its recent rate), "unknown" when nothing has answered lately.
+
+The results on disk are the truth: a job that is not running whose output is not the file its
+manifest summarised (deleted, emptied, cut short: :func:`sglfleet.records.results_problem`) reads
+``results_missing`` ("results missing or short: rerun resumes"), never ``complete``.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from sglfleet.gen import _manifest as manifest
+from sglfleet.records import results_problem
 
 
 @dataclass
 class JobStatus:
     output: str
-    state: str  # running, complete, complete_with_failures, interrupted, failed, stopped
+    state: str  # running, complete, complete_with_failures, interrupted, failed, stopped, results_missing
     running: bool
     total: int
     done: int
@@ -112,6 +117,10 @@ def job_status(output: Path) -> JobStatus:
         done = max(done, _count_lines(output))
         if state in ("stopped", "failed"):
             failed = max(failed, _count_lines(output.with_name(output.name + ".errors.jsonl")))
+        problem = results_problem(output, m.results, m.counts.done)
+        if problem is not None:  # the results on disk are the truth, not the manifest
+            state, done = "results_missing", _count_lines(output)
+            m.message = problem
     total = m.counts.total
     remaining = max(0, total - done - failed)
     eta = None
