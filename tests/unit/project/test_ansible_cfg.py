@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from support.paths import REPO
 
 ROOT = REPO
@@ -44,17 +45,17 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_the_config_names_no_inventory_and_keeps_host_key_checking() -> None:
     cfg = configparser.ConfigParser()
     cfg.read(CFG)
-    # Its default inventory source is a path that does not exist: a run without -i fails on it
-    # (any_unparsed_is_failed), it never defaults to an inventory (the lab).
-    default = cfg["defaults"].get("inventory", "")
-    assert default and not (ROOT / default).exists(), f"ansible.cfg's inventory {default!r} must not exist"
+    # Its default inventory is the guard that names no host (a run without -i fails on it), never an
+    # inventory (the lab).
+    guard = yaml.safe_load((ROOT / cfg["defaults"]["inventory"]).read_text())
+    assert guard == {"plugin": "sglfleet_no_inventory"}, "ansible.cfg must default to no inventory (the lab)"
     assert cfg["defaults"].get("host_key_checking", "True").lower() in ("true", "yes", "1")
     ssh_args = cfg["ssh_connection"].get("ssh_args", "")
     assert "StrictHostKeyChecking=no" not in ssh_args and "UserKnownHostsFile=/dev/null" not in ssh_args
     dumped = json.loads(run("ansible-config", "dump", "-t", "base", "--format", "json").stdout)
     settings = {item["name"]: item["value"] for item in dumped if "name" in item}
     assert settings["HOST_KEY_CHECKING"] is True
-    assert settings["INVENTORY_ANY_UNPARSED_IS_FAILED"] is True
+    assert settings["INVENTORY_UNPARSED_IS_FAILED"] is True
 
 
 def host_vars(inventory: str, host: str) -> dict:
