@@ -48,8 +48,9 @@ lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every p
 	$(call timed,ruff check) $(BIN)/ruff check .
 	$(call timed,ruff format) $(BIN)/ruff format --check .
 	$(call timed,yamllint) $(BIN)/yamllint --strict .
-	@# ansible-lint's syntax-check runs each playbook without an inventory, which ansible.cfg makes fatal for a real run.
-	$(call timed,ansible-lint) ANSIBLE_INVENTORY_UNPARSED_FAILED=false $(BIN)/ansible-lint --offline
+	@# Plain, with the repository's own config (.ansible-lint, ansible.cfg): its syntax checks name no inventory,
+	@# which ansible.cfg's guard (inventory_plugins/none.yml) reads as empty for a --syntax-check only.
+	$(call timed,ansible-lint) $(BIN)/ansible-lint --offline
 	@# One ansible-playbook process checks them all: one start-up instead of one per playbook.
 	$(call timed,syntax-check) $(BIN)/ansible-playbook --syntax-check -i inventory/lab $(PLAYBOOKS)
 	@# ansible-test builds its own venv on a fresh machine (measured 70 s cold, 25-45 s warm).

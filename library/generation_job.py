@@ -181,23 +181,36 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Read the ledger of every fleet host
+  sglfleet.ops.fleet_ledger:
+    state: read
+  loop: "{{ groups['fleet'] }}"
+  delegate_to: "{{ item }}"
+  register: ledgers
+
+- name: Find the endpoints phase fleet recorded
+  sglfleet.ops.fleet_endpoints:
+    ledgers: "{{ ledgers.results | items2dict(key_name='item', value_name='ledger') }}"
+  register: fleet
+
 - name: Run the regeneration job on the whole fleet and wait for it
-  generation_job:
+  sglfleet.ops.generation_job:
     name: regen-2026-12
     input: /var/lib/sglfleet/prompts.jsonl
     output: /var/lib/sglfleet/regen.jsonl
-    endpoints: "{{ groups['fleet'] | map('extract', hostvars, 'sglfleet_endpoints') | flatten }}"
+    endpoints: "{{ fleet.endpoints }}"
     concurrency: 64
     model: Qwen/Qwen3-32B
     max_tokens: 2048
     temperature: 0.7
-    api_key: "{{ sglang_api_key }}"
+    api_key: "{{ sglang_fleet_api_key }}"
     wait: true
     wait_timeout: 86400
     max_failures: 10
+  no_log: true
 
 - name: Start it without blocking; Ansible polls the async task and prints each poll
-  generation_job:
+  sglfleet.ops.generation_job:
     name: regen-2026-12
     input: /var/lib/sglfleet/prompts.jsonl
     output: /var/lib/sglfleet/regen.jsonl
@@ -208,7 +221,7 @@ EXAMPLES = r"""
   poll: 60
 
 - name: Stop it gracefully (a later run resumes)
-  generation_job:
+  sglfleet.ops.generation_job:
     name: regen-2026-12
     input: /var/lib/sglfleet/prompts.jsonl
     output: /var/lib/sglfleet/regen.jsonl
