@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sglfleet.cli import HELP
 from sglfleet.cli.mix import (
     add_cache_arguments,
     add_unchanged_arguments,
@@ -31,7 +32,7 @@ def _reasons(value: str) -> tuple[str, ...]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "merge",
-        help="merge generation results into the training set (conversation JSONL + report)",
+        help=HELP["merge"],
         description="Copy the existing training set and append one conversation per kept result; "
         "results are joined to their prompts by custom_id.",
     )

@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from sglfleet.cli import HELP
 from sglfleet.data import DataError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "mix",
-        help="build a deduplicated prompt mix from several sources (OpenAI Batch JSONL + report)",
+        help=HELP["mix"],
         description="Read the sources named in the config, filter and dedupe them, pick each source's "
         "quota (seeded) and write OpenAI Batch JSONL ready for `sglfleet generate`.",
     )
@@ -71,6 +70,8 @@ def unchanged_outcome(args: argparse.Namespace, record: dict[str, Any]) -> int |
 def outcome(args: argparse.Namespace, changed: bool, message: str, lines: tuple[str, ...] = ()) -> int:
     """Print the outcome (as lines, or as one JSON object with --json); exit 0."""
     if args.json:
+        import orjson
+
         report = None if args.report is None else str(args.report.with_suffix(".json"))
         data = {"changed": changed, "output": str(args.output), "report": report, "message": message}
         print(orjson.dumps(data).decode())
