@@ -28,7 +28,7 @@ deps-lab: ## ...and those the lab needs too: lxc, debootstrap, ... (scripts/inst
 $(VENV)/.installed: requirements.txt requirements-dev.txt python/pyproject.toml testing/pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt -e "python[mix,hf,pve]" -e "testing[lab]"
+	$(BIN)/pip install --quiet -r requirements-dev.txt -e "python[mix,hf,pve,plot]" -e "testing[lab]"
 	touch $@
 
 venv: $(VENV)/.installed ## create .venv with the pinned requirements and sglfleet (editable)

@@ -90,7 +90,7 @@ def run_report(args: argparse.Namespace) -> int:
     chart = args.chart or args.output.with_name(args.output.name + ".report.png")
     try:
         samples = load_timeline(args.output)
-        job_chart(samples, chart, title=str(args.output))
+        job_chart(samples, chart, title=args.output.name)
     except (OSError, ValueError) as exc:
         print(f"sglfleet job report: {exc}", file=sys.stderr)
         return 2

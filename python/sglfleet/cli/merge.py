@@ -11,6 +11,7 @@ from sglfleet.cli.mix import (
     add_cache_arguments,
     add_unchanged_arguments,
     cache_of,
+    chart_lines,
     needs_record,
     outcome,
     unchanged_outcome,
@@ -44,8 +45,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the prompts the results answer (`sglfleet mix` output); default: the input named in "
         "RESULTS.manifest.json, which `sglfleet generate` writes",
     )
-    parser.add_argument("--output", type=Path, required=True, help="merged training set to write (JSONL)")
-    parser.add_argument("--report", type=Path, help="report to write (Markdown; JSON next to it)")
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="merged training set to write (JSONL)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        help="report to write (Markdown; JSON next to it, and the shares chart as .png with the plot extra)",
+    )
     parser.add_argument(
         "--min-completion-tokens",
         type=int,
@@ -108,5 +115,8 @@ def run(args: argparse.Namespace) -> int:
         f"{rows['total']} rows written to {args.output} ({rows['existing']} existing + {rows['new']} new; "
         f"{sum(report.dropped.values())} results dropped)"
     )
-    lines = (f"report: {args.report} and {args.report.with_suffix('.json')}",) if args.report else ()
+    lines: tuple[str, ...] = ()
+    if args.report:
+        lines = (f"report: {args.report} and {args.report.with_suffix('.json')}",)
+        lines += chart_lines(args, report, "Category shares before and after the merge", "after")
     return outcome(args, True, message, lines)
