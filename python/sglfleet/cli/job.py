@@ -99,4 +99,5 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def missing_plot_extra(exc: ImportError) -> str:
-    return f"{exc.name or 'matplotlib'} is missing; install the plot extra: pip install 'sglfleet[plot]'"
+    missing = (exc.name or "matplotlib").split(".")[0]
+    return f"{missing} is missing; install the plot extra: pip install 'sglfleet[plot]'"

@@ -104,7 +104,8 @@ def chart_lines(args: argparse.Namespace, report: Any, title: str, after_label: 
     try:
         from sglfleet.plot import shares_chart
     except ImportError as exc:
-        return (f"note: no chart: {exc.name or 'matplotlib'} is missing; pip install 'sglfleet[plot]'",)
+        missing = (exc.name or "matplotlib").split(".")[0]
+        return (f"note: no chart: {missing} is missing; pip install 'sglfleet[plot]'",)
     chart = args.report.with_suffix(".png")
     try:
         shares_chart(report.existing, report.new, chart, title=title, after_label=after_label)

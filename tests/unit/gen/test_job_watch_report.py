@@ -160,7 +160,7 @@ def test_job_report_without_the_plot_extra_names_it(finished: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
-    assert "install the plot extra: pip install 'sglfleet[plot]'" in proc.stderr
+    assert "matplotlib is missing; install the plot extra: pip install 'sglfleet[plot]'" in proc.stderr
 
 
 def test_a_resumed_job_says_how_much_was_done(
