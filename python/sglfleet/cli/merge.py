@@ -16,14 +16,7 @@ from sglfleet.cli.mix import (
     outcome,
     unchanged_outcome,
 )
-from sglfleet.data import (
-    DEFAULT_DROP_FINISH_REASONS,
-    DEFAULT_MIN_COMPLETION_TOKENS,
-    DataError,
-    input_record,
-    merge,
-    prompts_of,
-)
+from sglfleet.data import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, DataError
 
 
 def _reasons(value: str) -> tuple[str, ...]:
@@ -74,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _record(args: argparse.Namespace) -> dict:
     """What the merge is built from: the three files (the prompts the manifest names, without
     --prompts; null when it names none) and the options."""
+    from sglfleet.data import input_record, prompts_of
+
     prompts = args.prompts
     if prompts is None:
         try:
@@ -89,6 +84,8 @@ def _record(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sglfleet.data import merge
+
     try:
         record = None
         if needs_record(args):

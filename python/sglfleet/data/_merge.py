@@ -37,14 +37,13 @@ import orjson
 
 from sglfleet.data._adapters import Format, RowError
 from sglfleet.data._categories import classify
+from sglfleet.data._defaults import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
 from sglfleet.data._outputs import check_outputs, report_paths, written
 from sglfleet.data._report import MergeReport, report_bytes
 from sglfleet.launch import _die_with_parent as launch_die_with_parent
 
-DEFAULT_MIN_COMPLETION_TOKENS = 17
-DEFAULT_DROP_FINISH_REASONS = ("length",)
 CHUNK_LINES = 8192  # existing rows per classification task
 PARALLEL_BYTES = 16 << 20  # smaller existing sets are classified in this process
 
