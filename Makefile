@@ -14,7 +14,7 @@ PYTEST_FLAGS ?=
 # The lab's sessions print their slowest steps: where their time goes, run by run.
 LAB_PYTEST_FLAGS := --durations=30
 
-.PHONY: help deps deps-lab venv docs-pictures lint sanity collection test test-unit test-playbooks test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
+.PHONY: help deps deps-lab venv docs-pictures lint sanity collection gpu-check test test-unit test-playbooks test-lab test-labs test-integration test-integration-ct200 test-integration-ct201 test-integration-ct202 demo demo-summary lab-up lab-down lab-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -63,6 +63,14 @@ sanity: venv ## ansible-test sanity --test validate-modules on the collection (s
 
 collection: venv ## build the collection sglfleet.ops (build/sglfleet-ops-VERSION.tar.gz) and install it into build/installed
 	scripts/build-collection --install build/installed
+
+# The python that has torch and Triton on the GPU machine (the JIT python); "true" or "false" (declares no GPU).
+GPU_PYTHON ?= python3
+GPUS_EXPECTED ?= true
+
+gpu-check: venv ## on a machine with an NVIDIA GPU: the roles' GPU checks, one row each (docs/gpu-check.md)
+	$(PY) scripts/gpu-check --download .gpu
+	$(PY) scripts/gpu-check --wheels .gpu/all --python $(GPU_PYTHON) --gpus-expected $(GPUS_EXPECTED)
 
 test-unit: venv ## fast tests: no lab needed
 	$(call timed,test-unit) $(BIN)/pytest tests/unit $(PYTEST_FLAGS)

@@ -5,6 +5,9 @@
 full disk or any other error leaves all of them as they were, with no temporary file behind.
 A temporary file is 0600 from its birth until it is renamed (then `mode`, 0644 unless told: 0600 for a
 file that holds a secret, which is then never readable by others, whatever the file it replaces was).
+A path that is a symlink is written through: the file it names is replaced, the link stays. A path
+that is not a regular file when the renames come (a FIFO or a device put there meanwhile: the writers
+refuse those up front with `sglfleet.outpath.output_problem`) fails the write, nothing renamed.
 A temporary file is named `.NAME.PID.XXXXXXXX.tmp`: `remove_stale_temporaries` removes those of
 writers killed before they could clean up (`kill -9`), and only those.
 """
@@ -12,11 +15,14 @@ writers killed before they could clean up (`kill -9`), and only those.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
+
+from sglfleet.outpath import not_a_file, target
 
 
 def _temp_prefix(path: Path, pid: int) -> str:
@@ -61,6 +67,7 @@ def atomic_writes(
     content (not just "old or new") survives a power loss once this returns. `mode`: the files' mode
     (each is 0600 while it is written, whatever `mode` says).
     """
+    paths = [target(p) for p in paths]
     temps: list[str] = []
     handles: list[BinaryIO] = []
     try:
@@ -77,6 +84,10 @@ def atomic_writes(
             handle.close()
         for tmp in temps:
             os.chmod(tmp, mode)
+        for path in paths:  # a rename over a device node or a FIFO would replace it, system-wide
+            problem = not_a_file(path, "refusing to replace")
+            if problem is not None:
+                raise OSError(errno.EEXIST, problem, str(path))
         for tmp, path in zip(temps, paths, strict=True):
             os.replace(tmp, path)
     except BaseException:

@@ -10,7 +10,11 @@ It also answers /v1/chat/completions. MODE says how it treats the first attempt 
 body (later attempts get a completion): ``ok`` (default) answers it; ``error_object`` answers 200
 with ``{"object": "error", ...}`` (what an OpenAI-compatible server sends from some error paths);
 ``retry_after`` answers 429 with ``Retry-After: 1``; ``empty_choice`` answers 200 with
-``{"choices": [{}]}``. ``GET /attempts`` lists (monotonic time,
+``{"choices": [{}]}``; ``hostile`` answers every attempt with one of ``HOSTILE`` (200s whose body
+is not a completion that can be stored: a usage count that is a string, a list, a bool, negative or
+over 64 bits, choices of the wrong shape, fields of the wrong type, not JSON), in turn;
+``hostile_once`` answers the first attempt at each body so, later ones with a completion.
+``GET /attempts`` lists (monotonic time,
 body digest) of every completion request.
 """
 
@@ -23,6 +27,61 @@ import sys
 import time
 
 from aiohttp import web
+
+
+def _answer(**changes: object) -> bytes:
+    """A good chat completion with ``changes`` applied: ``{"usage.prompt_tokens": "abc"}`` sets a
+    nested field, a value of ``...`` removes it."""
+    body: dict = {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25},
+    }
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        node = body
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if value is ...:
+            del node[last]
+        else:
+            node[last] = value
+    return json.dumps(body).encode()
+
+
+_C0 = "choices.0"
+HOSTILE: list[bytes] = [
+    _answer(**{"usage.prompt_tokens": "abc"}),
+    _answer(**{"usage.prompt_tokens": [1]}),
+    _answer(**{"usage.completion_tokens": -5}),
+    _answer(**{"usage.completion_tokens": True}),
+    _answer(**{"usage.prompt_tokens": 1.5}),
+    _answer(**{"usage.total_tokens": {"n": 1}}),
+    _answer(usage="lots"),
+    _answer(usage=[5, 20]),
+    _answer(**{"usage.completion_tokens": 2**70}),  # orjson cannot write it back
+    _answer(choices={"0": {}}),
+    _answer(choices=[]),
+    _answer(choices=["fine"]),
+    _answer(choices=[None]),
+    _answer(**{f"{_C0}.message": "fine"}),
+    _answer(**{f"{_C0}.message.content": 5}),
+    _answer(**{f"{_C0}.message.content": ["fine"]}),
+    _answer(**{f"{_C0}.message.content": ...}),
+    _answer(**{f"{_C0}.message.role": 3}),
+    _answer(**{f"{_C0}.message.reasoning_content": {"thought": 1}}),
+    _answer(**{f"{_C0}.finish_reason": 7}),
+    _answer(id=["chatcmpl"]),
+    b"[1, 2, 3]",
+    b"null",
+    b'{"choices": [{"message": {"content": "fine"}}], "usage": {"prompt_tokens": NaN}}',
+    b'{"choices": [{"message": {"content": "\\ud800"}}]',  # torn
+    b"\xff\xfe not UTF-8",
+    b"",
+]
 
 
 def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Application:
@@ -63,6 +122,9 @@ def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Applicati
             )
         if first and mode == "empty_choice":  # what a proxy in front of SGLang may pass on
             return web.json_response({"id": "chatcmpl-" + key, "object": "chat.completion", "choices": [{}]})
+        if mode == "hostile" or (first and mode == "hostile_once"):
+            bad = HOSTILE[(len(attempts) - 1) % len(HOSTILE)]
+            return web.Response(status=200, body=bad, content_type="application/json")
         if first and mode == "retry_after":
             return web.json_response({"message": "slow down"}, status=429, headers={"Retry-After": "1"})
         body = json.loads(raw)

@@ -74,13 +74,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             return 2
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         print("sglfleet: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
     finally:
         if previous is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _reader_gone() -> int:
+    """Whoever read our output went away (`sglfleet job status OUT | head -1`): no traceback. As the
+    Python docs advise (library/signal, "Note on SIGPIPE"), stdout goes to /dev/null so that the
+    interpreter's last flush does not fail again; the exit status is a shell's for a SIGPIPE death."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def run() -> None:

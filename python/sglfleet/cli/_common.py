@@ -7,6 +7,7 @@ prefer the others), ``--api-key-file FILE`` or ``$SGLFLEET_API_KEY``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +22,31 @@ if TYPE_CHECKING:  # imported where used: `--help` loads neither rich nor the HT
 API_KEY_ENV = "SGLFLEET_API_KEY"
 # Off a terminal (a pipe, a log, Ansible's register) no column is cut: the table is as wide as its content.
 UNBOUNDED_WIDTH = 100_000
+
+
+def finite_float(text: str) -> float:
+    """A number argument that must be finite (argparse's `float` takes "nan", "inf", "-inf")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not 0 or more")
+    return value
 
 
 def table_console(width: int | None = None) -> Console:
@@ -100,7 +126,10 @@ def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) 
     add_api_key_args(parser)
     parser.add_argument("--expected-model", help="fail instances that do not serve this model")
     parser.add_argument(
-        "--timeout", type=float, default=HEALTH_TIMEOUT_S, help="seconds per probe (default: %(default)s)"
+        "--timeout",
+        type=positive_float,
+        default=HEALTH_TIMEOUT_S,
+        help="seconds per probe (default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

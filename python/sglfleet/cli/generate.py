@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglfleet.cli import HELP
-from sglfleet.cli._common import API_KEY_ENV, add_api_key_args, api_key_from_args
+from sglfleet.cli._common import (
+    API_KEY_ENV,
+    add_api_key_args,
+    api_key_from_args,
+    finite_float,
+    non_negative_float,
+    positive_float,
+)
 from sglfleet.exitcodes import ExitCode
 
 if TYPE_CHECKING:  # the engine (aiohttp, rich, pydantic) is imported by main(), not by `--help`
@@ -35,30 +41,6 @@ def _json_object(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _finite(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not 0 or more")
     return value
 
 
@@ -110,8 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     sampling.add_argument("--model", help="model name")
     sampling.add_argument("--max-tokens", type=int, help="max_tokens")
-    sampling.add_argument("--temperature", type=_finite, help="temperature")
-    sampling.add_argument("--top-p", type=_finite, help="top_p")
+    sampling.add_argument("--temperature", type=finite_float, help="temperature")
+    sampling.add_argument("--top-p", type=finite_float, help="top_p")
     sampling.add_argument("--top-k", type=int, help="top_k (SGLang's extra sampling field)")
     sampling.add_argument(
         "--chat-template-kwargs",
@@ -139,39 +121,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "turn (SpecForge's --reasoning save), for chat requests of either input format; merge keeps it",
     )
     p.add_argument("--max-retries", type=int, default=5, help="retries of a request on retryable errors (5)")
-    p.add_argument("--request-timeout", type=_positive_float, default=600.0, help="seconds per attempt (600)")
+    p.add_argument("--request-timeout", type=positive_float, default=600.0, help="seconds per attempt (600)")
     p.add_argument(
-        "--backoff-base", type=_positive_float, default=1.0, help="first retry delay in seconds (1)"
+        "--backoff-base", type=positive_float, default=1.0, help="first retry delay in seconds (1)"
     )
     p.add_argument(
-        "--grace", type=float, default=30.0, help="seconds in-flight requests get after SIGINT/SIGTERM (30)"
+        "--grace",
+        type=non_negative_float,
+        default=30.0,
+        help="seconds in-flight requests get after SIGINT/SIGTERM (30)",
     )
     p.add_argument(
         "--down-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=600.0,
         help="give up when no endpoint answers this long (600)",
     )
     p.add_argument(
         "--log-interval",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         help="seconds between log lines off a terminal (10)",
     )
     p.add_argument(
         "--probe-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         help="seconds the preflight waits for each endpoint's /health_generate (10)",
     )
     p.add_argument(
         "--stall-factor",
-        type=_positive_float,
+        type=positive_float,
         default=8.0,
         help="an endpoint that answers nothing for this many times its recent latency is stalled (8)",
     )
     p.add_argument(
-        "--stall-min", type=_positive_float, default=2.0, help="...and for at least this many seconds (2)"
+        "--stall-min", type=positive_float, default=2.0, help="...and for at least this many seconds (2)"
     )
     p.add_argument(
         "--max-resends",
@@ -193,7 +178,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument(
         "--metrics-linger",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=15.0,
         metavar="S",
         help="seconds the metrics stay up after the end, with the final values and "

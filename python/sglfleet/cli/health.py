@@ -14,6 +14,8 @@ from sglfleet.cli._common import (
     add_endpoint_args,
     api_key_from_args,
     endpoints_from_args,
+    non_negative_float,
+    positive_float,
     table_console,
 )
 from sglfleet.fleet import HEALTH_INTERVAL_S
@@ -31,13 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_endpoint_args(parser, count_required=True)
     parser.add_argument(
         "--wait",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="keep probing up to this many seconds until healthy (default: %(default)s)",
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=positive_float,
         default=HEALTH_INTERVAL_S,
         help="seconds between probes (default: %(default)s)",
     )

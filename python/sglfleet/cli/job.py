@@ -67,16 +67,18 @@ def run_status(args: argparse.Namespace) -> int:
     from sglfleet.gen import ManifestError
 
     try:
-        if args.watch is None:
-            renderable, code, _ = status_frame(args.output, args.json)
-            print(renderable.plain)
-            return code
-        from rich.console import Console
+        if args.watch is not None:
+            from rich.console import Console
 
-        return watch(lambda: status_frame(args.output, args.json), args.watch, Console())
+            return watch(lambda: status_frame(args.output, args.json), args.watch, Console())
+        renderable, code, _ = status_frame(args.output, args.json)
+    except BrokenPipeError:
+        raise  # the reader went away: main() says so (141), not "job status: [Errno 32]"
     except (ManifestError, OSError, ValueError) as exc:
         print(f"sglfleet job status: {exc}", file=sys.stderr)
         return 2
+    print(renderable.plain)  # outside the try: a closed pipe is main()'s (exit 141)
+    return code
 
 
 def run_report(args: argparse.Namespace) -> int:

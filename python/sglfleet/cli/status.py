@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
             console = table_console(args.width)
             return watch(lambda: status_frame(args, console), args.watch, console)
         status = gather(args)
+    except BrokenPipeError:
+        raise  # the reader went away: main() says so (141)
     except (ValueError, OSError, LedgerError) as exc:
         print(f"sglfleet status: {exc}", file=sys.stderr)
         return 2

@@ -40,7 +40,7 @@ from sglfleet.data._categories import classify
 from sglfleet.data._defaults import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
-from sglfleet.data._outputs import check_outputs, report_paths, written
+from sglfleet.data._outputs import check_outputs, locked, output_labels, written
 from sglfleet.data._report import MergeReport, report_bytes
 from sglfleet.launch import _die_with_parent as launch_die_with_parent
 
@@ -343,6 +343,26 @@ def merge(
     prompts: Path | None,
     output: Path,
     report_path: Path | None = None,
+    **options: Any,
+) -> MergeReport:
+    """Write `output` = the existing rows + the kept results (and the report); nothing on error.
+
+    `prompts=None`: the prompts file named by the results' generation manifest. `options` (keywords
+    of `_merge`): `min_completion_tokens`, `drop_finish_reasons`, `category_field`; `cache`: where the
+    existing set's category counts are looked up and stored (None: classify every time); `inputs`:
+    what the merge is built from (`_inputs.input_record`), kept in the report JSON. Another merge or
+    mix writing the same output meanwhile is refused (`DataError`) before anything is read.
+    """
+    with locked(output_labels(output, report_path), "sglfleet merge"):
+        return _merge(existing, results, prompts, output, report_path, **options)
+
+
+def _merge(
+    existing: Path,
+    results: Path,
+    prompts: Path | None,
+    output: Path,
+    report_path: Path | None = None,
     *,
     min_completion_tokens: int = DEFAULT_MIN_COMPLETION_TOKENS,
     drop_finish_reasons: Iterable[str] = DEFAULT_DROP_FINISH_REASONS,
@@ -350,12 +370,7 @@ def merge(
     cache: CategoryCache | None = None,
     inputs: dict[str, Any] | None = None,
 ) -> MergeReport:
-    """Write `output` = the existing rows + the kept results (and the report); nothing on error.
-
-    `prompts=None`: the prompts file named by the results' generation manifest. `cache`: where the
-    existing set's category counts are looked up and stored (None: classify every time). `inputs`:
-    what the merge is built from (`_inputs.input_record`), kept in the report JSON.
-    """
+    """`merge`, its outputs locked."""
     generated = _manifest_input(results) if results.is_file() else None
     named = prompts is None
     if prompts is None:
@@ -372,9 +387,8 @@ def merge(
     manifest = manifest_of(results)
     if manifest.exists():
         files["generation manifest"] = manifest
-    outputs = {"--output": output}
-    reports = report_paths(report_path) if report_path is not None else ()
-    outputs |= dict(zip(("--report", "--report (its .json)"), reports, strict=False))
+    outputs = output_labels(output, report_path)
+    reports = [path for label, path in outputs.items() if label != "--output"]
     check_outputs(files, outputs)
     cache = cache or CategoryCache(None)
     drop = tuple(drop_finish_reasons)

@@ -43,7 +43,7 @@ from sglfleet.data._mixconfig import (
     Shortfall,
     SourceConfig,
 )
-from sglfleet.data._outputs import check_outputs, report_paths, written
+from sglfleet.data._outputs import check_outputs, locked, output_labels, written
 from sglfleet.data._report import MixReport, SourceReport, report_bytes
 from sglfleet.data._sources import read_rows, where
 
@@ -264,11 +264,9 @@ def _outputs(config: MixConfig, output: Path, report_path: Path | None) -> list[
         inputs["existing set"] = config.existing.path
     if config.origin is not None:
         inputs["mix config"] = config.origin
-    outputs = {"--output": output}
-    reports = report_paths(report_path) if report_path is not None else ()
-    outputs |= dict(zip(("--report", "--report (its .json)"), reports, strict=False))
+    outputs = output_labels(output, report_path)
     check_outputs(inputs, outputs)
-    return [output, *reports]
+    return list(outputs.values())
 
 
 def _near_note(near: NearDeduper) -> str:
@@ -464,8 +462,21 @@ def build_mix(
     """Run the mix; write `output` (and the report, Markdown + JSON) only when all of it succeeds.
 
     `cache`: where the existing set's category counts are looked up and left for `merge`. `inputs`:
-    what the mix is built from (`_inputs.input_record`), kept in the report JSON.
+    what the mix is built from (`_inputs.input_record`), kept in the report JSON. Another mix or
+    merge writing the same output meanwhile is refused (`DataError`) before anything is read.
     """
+    with locked(output_labels(output, report_path), "sglfleet mix"):
+        return _build_mix(config, output, report_path, cache=cache, inputs=inputs)
+
+
+def _build_mix(
+    config: MixConfig,
+    output: Path,
+    report_path: Path | None,
+    *,
+    cache: CategoryCache | None,
+    inputs: dict[str, Any] | None,
+) -> MixReport:
     _preflight(config)
     paths = _outputs(config, output, report_path)
     quotas = config.quotas()

@@ -2,7 +2,10 @@
 
 An output (the data file, the Markdown report, the JSON report next to it) is refused when it is the
 same file as an input (same real path, or the same inode through another name or a hard link), lies
-inside an input directory (a saved dataset), is a directory, is read-only, or cannot be created.
+inside an input directory (a saved dataset), is not a regular file (a directory, a device, a FIFO, a
+socket, or a symlink to one), is read-only, or cannot be created (`sglfleet.outpath.output_problem`,
+the check `generate` makes too). While a mix or merge runs it holds a lock on each output, so that a
+second one to the same output fails at once instead of racing the first one's rename.
 Writing itself goes through `atomic_writes`, so an error while writing (a full disk) leaves every
 output as it was; `written` turns that error into a `DataError` naming the file (exit 7 for a full
 disk), and first removes the temporary files of an earlier writer of the same outputs killed on the
@@ -14,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -22,6 +24,7 @@ from typing import BinaryIO
 from sglfleet.atomicio import atomic_writes, remove_stale_temporaries
 from sglfleet.data._errors import DataError
 from sglfleet.exitcodes import ExitCode
+from sglfleet.outpath import OutputLocked, output_lock, output_problem, target
 
 
 def report_paths(report: Path) -> tuple[Path, Path]:
@@ -34,70 +37,61 @@ def report_paths(report: Path) -> tuple[Path, Path]:
     return report, report.with_suffix(".json")
 
 
-def _same(a: Path, b: Path) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): not the same file
-        return False
-
-
 def _inside(path: Path, directory: Path) -> bool:
     real, top = os.path.realpath(path), os.path.realpath(directory)
     return real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def check_outputs(inputs: Mapping[str, Path], outputs: Mapping[str, Path]) -> None:
-    """Refuse, before anything is read or written, outputs that would overwrite an input or fail.
+    """Refuse, before anything is read or written, outputs that would overwrite an input or fail
+    (:func:`sglfleet.outpath.output_problem`: a device, FIFO, socket or directory, or a symlink to
+    one, is refused as well as an input under another name).
 
     `inputs` and `outputs` map a label ("source 'chat'", "--report") to a path; the error names both.
     """
     seen: dict[str, str] = {}
     for label, out in outputs.items():
         for in_label, source in inputs.items():
-            if _same(out, source) or (source.is_dir() and _inside(out, source)):
-                what = "is" if _same(out, source) else "is inside"
+            if source.is_dir() and _inside(out, source):
                 raise DataError(
-                    f"{label} {out} {what} the {in_label} {source}: refusing to overwrite an input; "
+                    f"{label} {out} is inside the {in_label} {source}: refusing to overwrite an input; "
                     "choose another path"
                 )
+        problem = output_problem(out, label, inputs)
+        if problem is not None:
+            raise DataError(problem)
         real = os.path.realpath(out)
         if real in seen:
             raise DataError(f"{label} {out} is the same file as {seen[real]}: choose another path")
         seen[real] = f"{label} {out}"
-        _check_writable(label, out)
 
 
-def _check_writable(label: str, path: Path) -> None:
+def output_labels(output: Path, report_path: Path | None) -> dict[str, Path]:
+    """The files a mix or merge writes, by the flag that names them: the output, and the report's
+    Markdown and JSON when there is one."""
+    outputs = {"--output": output}
+    reports = report_paths(report_path) if report_path is not None else ()
+    return outputs | dict(zip(("--report", "--report (its .json)"), reports, strict=False))
+
+
+@contextlib.contextmanager
+def locked(outputs: Mapping[str, Path], writer: str) -> Iterator[None]:
+    """Hold the lock of every output (`sglfleet.outpath.output_lock`) while the block runs, once they
+    are checked (`check_outputs`, against no input yet); another `writer` of any of them is refused
+    at once with a `DataError` (exit 2), before it reads anything."""
+    check_outputs({}, outputs)
     try:
-        info = path.stat()
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        raise DataError(f"{label} {path}: cannot use it: {exc.strerror}") from None
-    if info is not None:
-        if stat.S_ISDIR(info.st_mode):
-            raise DataError(f"{label} {path} is a directory: give a file path")
-        if not info.st_mode & 0o222:
-            raise DataError(
-                f"{label} {path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}): "
-                "make it writable or choose another path"
-            )
-    parent = path.parent
-    while not parent.exists():  # atomic_writes creates the missing directories
-        parent = parent.parent
-    if not parent.is_dir():
-        raise DataError(f"{label} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise DataError(f"{label} {path}: cannot write in {parent} (permission denied)")
+        with output_lock(list(outputs.values()), writer):
+            yield
+    except OutputLocked as exc:
+        raise DataError(str(exc)) from None
 
 
 @contextlib.contextmanager
 def written(paths: Sequence[Path]) -> Iterator[list[BinaryIO]]:
     """`atomic_writes(paths)`, with an OS error (full disk, read-only file system) as a `DataError`."""
     for path in paths:  # what a killed earlier run left next to its outputs (GBs, for a big merge)
-        remove_stale_temporaries(path)
+        remove_stale_temporaries(target(path))
     try:
         with atomic_writes(paths) as handles:
             yield handles

@@ -20,6 +20,7 @@ from sglfleet._lazy import attach
 # The public names, each written once: a name's submodule is imported when the name is first used
 # (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
+    from sglfleet.gen._client import completion_problem
     from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config, run
     from sglfleet.gen._formats import GenParams, InputFormat, iter_requests, scan_input
     from sglfleet.gen._manifest import Manifest, ManifestError, manifest_path

@@ -20,6 +20,8 @@ An endpoint that stalls (requests in flight, none completed for ``stall_factor``
 latency, at least ``stall_min`` seconds, while another endpoint completes requests: a frozen
 process keeps its sockets open and never answers) is found by :meth:`find_stalled` and taken out
 the same way by :meth:`mark_stalled`; the engine then sends its requests to another endpoint too.
+Time our own process did not run (a SIGSTOP of `sglfleet generate`, found by :class:`PauseWatch`)
+counts against no endpoint (:meth:`EndpointPool.forgive`).
 An endpoint that answers 401/403 is taken out for good (a key does not fix itself).
 
 With ``watch_interval``, the endpoints that are up are asked too, every ``watch_interval`` seconds:
@@ -79,6 +81,23 @@ LATENCY_WEIGHT = 0.2  # of the newest sample in the moving average
 
 class NoEndpoint(RuntimeError):
     """No endpoint answered for longer than the pool's ``down_timeout``."""
+
+
+class PauseWatch:
+    """The gaps when our own process did not run, seen by a task meant to wake every ``interval`` s
+    (:meth:`tick` with the loop's time each time it wakes): a wake-up more than half an interval late
+    means the process was stopped (SIGSTOP, a suspended VM) or its event loop blocked for that long,
+    and no endpoint could be heard meanwhile (:meth:`EndpointPool.forgive`)."""
+
+    def __init__(self, interval: float, now: float) -> None:
+        self.interval = interval
+        self.last = now
+
+    def tick(self, now: float) -> float:
+        """Seconds the process was not running since the last tick; 0.0 when it woke on time."""
+        late = now - self.last - self.interval
+        self.last = now
+        return late if late > self.interval / 2 else 0.0
 
 
 class EndpointPool:
@@ -334,6 +353,14 @@ class EndpointPool:
             if any(o is not ep and o.up and now - o.last_done < quiet for o in self.endpoints):
                 out.append(ep)
         return out
+
+    def forgive(self, seconds: float) -> None:
+        """Our own process did not run for ``seconds`` (SIGSTOP then SIGCONT, a suspended VM, the event
+        loop blocked): no endpoint could be heard meanwhile, so that time counts against none of them
+        (their quiet time is measured from ``seconds`` later; the order among them is kept)."""
+        for ep in self.endpoints:
+            ep.last_done += seconds
+            ep.busy_since += seconds
 
     def mark_stalled(self, ep: Endpoint) -> None:
         """Take ``ep`` out as stalled and wake the requests in flight on it (they go elsewhere too)."""

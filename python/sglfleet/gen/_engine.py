@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import math
 import os
 import signal
+import socket
 import stat
 import sys
 from collections.abc import Callable
@@ -25,8 +27,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
@@ -45,7 +49,8 @@ from sglfleet.gen._formats import (
 )
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
 from sglfleet.gen._requests import RequestRunner, is_disk_full
-from sglfleet.gen._store import OutputStore, Resumed, StoreError
+from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
+from sglfleet.outpath import output_problem
 
 
 @dataclass
@@ -121,7 +126,8 @@ def _endpoint_problems(urls: list[str]) -> list[str]:
     from sglfleet.fleet._health import endpoint_from_url
 
     problems = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
+    reach: dict[tuple[str, str, int], int] = {}
     for i, url in enumerate(urls):
         try:
             base = endpoint_from_url(url, where=f"endpoint {i + 1}").url
@@ -130,8 +136,33 @@ def _endpoint_problems(urls: list[str]) -> list[str]:
             continue
         if base in seen:
             problems.append(f"endpoint {i + 1}: {url} is listed twice")
-        seen.add(base)
+            continue
+        seen[base] = i
+        where = _listeners(url) if len(urls) > 1 else frozenset()
+        same = next(((reach[w], w) for w in sorted(where) if w in reach), None)
+        if same is not None:
+            j, (_, address, port) = same
+            problems.append(
+                f"endpoint {i + 1}: {url} is the same server as endpoint {j + 1} ({urls[j]}): both reach "
+                f"{address} port {port}"
+            )
+            continue
+        reach.update(dict.fromkeys(where, i))
     return problems
+
+
+def _listeners(url: str) -> frozenset[tuple[str, str, int]]:
+    """Where a connection to ``url`` can land: (scheme, address, port) for every address its host
+    resolves to (the name itself when it does not resolve: the preflight then says so). `localhost`,
+    `127.0.0.1` and `http://127.0.0.1:80` vs `http://127.0.0.1` share one; `[::1]` and `127.0.0.1` do not."""
+    parts = urlsplit(url.strip())
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset({(parts.scheme, host, port)})
+    return frozenset((parts.scheme, str(info[4][0]), port) for info in infos)
 
 
 def _option_problems(config: GenerateConfig) -> list[str]:
@@ -150,8 +181,24 @@ def _option_problems(config: GenerateConfig) -> list[str]:
             f"--metrics-port {port} is not a TCP port (0-65535; 0: any free one)",
         ),
         (config.metrics_linger < 0, "--metrics-linger must be 0 or more"),
+        (config.grace < 0, "--grace must be 0 or more"),
     )
-    return [message for wrong, message in checks if wrong]
+    seconds = {
+        "--grace": config.grace,
+        "--request-timeout": config.request_timeout,
+        "--backoff-base": config.backoff_base,
+        "--down-timeout": config.down_timeout,
+        "--probe-timeout": config.probe_timeout,
+        "--stall-factor": config.stall_factor,
+        "--stall-min": config.stall_min,
+        "--metrics-linger": config.metrics_linger,
+    }
+    not_finite = [
+        f"{flag} {value} is not a finite number"
+        for flag, value in seconds.items()
+        if not math.isfinite(value)
+    ]
+    return not_finite + [message for wrong, message in checks if wrong]
 
 
 def _sampling_problems(p: GenParams) -> list[str]:
@@ -167,48 +214,23 @@ def _sampling_problems(p: GenParams) -> list[str]:
 
 def _path_problems(input_path: Path, output: Path) -> list[str]:
     problems = [] if input_path.is_file() else [f"input {input_path} is not a file"]
-    problems += _output_problems(output)
-    if output.resolve() == input_path.resolve():
-        problems.append("the output must not be the input")
-    return problems
+    return problems + _output_problems(output, input_path)
 
 
-def _output_problems(output: Path) -> list[str]:
-    """Why the output (or its manifest next to it) cannot be written, found before anything is sent:
-    the first of them that exists and is not a file, or else why its directory cannot take it."""
-    for path, what in ((output, "output"), (manifest.manifest_path(output), "the output's manifest")):
-        problem = _not_a_file(path, what)
+def _output_problems(output: Path, input_path: Path) -> list[str]:
+    """Why the output, its errors file or its manifest cannot be written, found before anything is
+    sent (:func:`sglfleet.outpath.output_problem`, the check mix and merge make too): the first of
+    them that is the input, is not a regular file (a directory, device, FIFO, socket, or a symlink
+    to one), is read-only, or cannot be created."""
+    for path, what in (
+        (output, "output"),
+        (errors_path(output), "the output's errors file"),
+        (manifest.manifest_path(output), "the output's manifest"),
+    ):
+        problem = output_problem(path, what, {"input": input_path}, hint="give a file path for --output")
         if problem is not None:
             return [problem]
-    problem = _unwritable_directory(output)
-    return [] if problem is None else [problem]
-
-
-def _not_a_file(path: Path, what: str) -> str | None:
-    """Why ``path`` cannot be written as a file; None when it can (or does not exist yet)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{what} {path}: {exc.strerror}"
-    if stat.S_ISREG(st.st_mode):
-        return None
-    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-    return f"{what} {path} is {kind}: give a file path for --output"
-
-
-def _unwritable_directory(output: Path) -> str | None:
-    """Why ``output`` cannot be created where it goes: the nearest directory above it that exists
-    (the missing ones are created) is no directory, or not writable; None when it can."""
-    parent = output.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"output {output}: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"output {output}: cannot write in {parent} (permission denied)"
-    return None
+    return []
 
 
 class _Interrupt:
@@ -394,8 +416,7 @@ def _check_previous(
                 ExitCode.BAD_INPUT,
                 f"{config.output} exists but has no manifest ({mpath}): "
                 "use --force to resume into it, or another --output",
-                next="force",
-            )
+            )  # exit 2, no `next:` line (docs/exit-codes.md): which of the two is for the user to say
         return None
     if config.force:
         return None
@@ -409,8 +430,7 @@ def _check_previous(
         code,
         f"{config.output} belongs to another job: {'; '.join(reasons)}. "
         "Use --force to continue it anyway (results already written are kept), or another --output",
-        next="force",
-    )
+    )  # exit 6 prints `next: ... --force` (a changed input); exit 2 (other parameters) none
 
 
 async def _preflight(config: GenerateConfig) -> list[str] | Outcome:
@@ -574,15 +594,39 @@ def _write_last_manifest(
     writer: manifest.ManifestWriter, runner: RequestRunner, verdict: tuple[ExitCode, manifest.Status, str]
 ) -> tuple[ExitCode, str, manifest.Manifest | None]:
     """The manifest with the verdict; when it cannot be written, the previous one is kept and the
-    run does not end OK (exit code, message and manifest as the run ends)."""
+    run does not end OK (exit code, message and manifest as the run ends). On a full disk, where the
+    atomic rewrite needs room for a new file, the verdict is written over the manifest in place
+    (:func:`_save_in_place`), so that `sglfleet job status` says the run stopped for want of room
+    rather than that it was killed before it could say so."""
     code, status, msg = verdict
+    m = writer.build(runner.stats, status, runner.pool.endpoints, msg)
     try:
-        return code, msg, writer.save(runner.stats, status, runner.pool.endpoints, msg)
+        manifest.save(writer.path, m)
+        return code, msg, m
     except OSError as exc:
         if is_disk_full(exc):
+            with contextlib.suppress(OSError):
+                _save_in_place(writer.path, m)
+                return code, msg, m
             code = ExitCode.DISK_FULL
         msg = f"{msg}; the manifest could not be updated ({exc}), the previous one is kept"
         return code if code != ExitCode.OK else ExitCode.FATAL, msg, None
+
+
+def _save_in_place(path: Path, m: manifest.Manifest) -> None:
+    """``m`` written over the manifest at ``path`` in the room its file already has (compact JSON,
+    padded with spaces, which JSON ignores, to the old length): no new block, so a full disk takes
+    it. One ``pwrite``; OSError when it does not fit or there is no manifest to write over."""
+    data = orjson.dumps(m.model_dump(mode="json")) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or len(data) > max(st.st_size, st.st_blocks * 512):
+            raise OSError(errno.ENOSPC, "no room in the manifest's own blocks", str(path))
+        os.pwrite(fd, data.ljust(st.st_size), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _Interrupt) -> None:

@@ -24,7 +24,7 @@ import orjson
 
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
-from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint
+from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint, PauseWatch
 from sglfleet.gen._formats import InputChanged, Request
 from sglfleet.gen._progress import Stats
 from sglfleet.gen._store import OutputStore
@@ -200,6 +200,11 @@ class RequestRunner:
             self.halt(str(exc), ExitCode.AUTH if "API key" in str(exc) else ExitCode.NO_ENDPOINT)
         except OSError as exc:
             self.halt_on_write_error(f"the output {self.store.output}", exc)
+        except Exception as exc:
+            # an answer or a bug nothing above foresaw: this request's error, in the errors file; never
+            # the worker's death (the request neither done nor failed, the worker gone for the run)
+            failed = client.Attempt(client.Kind.PERMANENT, message=f"{type(exc).__name__}: {exc}")
+            self._record_failure(req, "internal_error", failed)
 
     async def _complete_once(self, req: Request) -> _Answer | None:
         a = await self._complete(req, req.url, req.body)
@@ -328,9 +333,14 @@ class RequestRunner:
     async def resend_stalled(self, interval: float) -> None:
         """Every ``interval`` s: take stalled endpoints out and re-send their requests elsewhere."""
         loop = asyncio.get_running_loop()
+        watch = PauseWatch(interval, loop.time())
         while True:
             await asyncio.sleep(interval)
-            for ep in self.pool.find_stalled(loop.time()):
+            now = loop.time()
+            paused = watch.tick(now)  # we were stopped (SIGSTOP): nobody could answer us meanwhile
+            if paused:
+                self.pool.forgive(paused)
+            for ep in self.pool.find_stalled(now):
                 self.pool.mark_stalled(ep)
                 for ticket in list(self.tickets.get(ep, ())):
                     if ticket.hedge is None and not ticket.settled:
@@ -427,5 +437,13 @@ class RequestRunner:
         self.stats.done_this_run += 1
 
     def _record_failure(self, req: Request, code: str, a: client.Attempt, suffix: str = "") -> None:
-        self.store.add_error(req.custom_id, code, a.message + suffix, a.status, a.body)
+        try:
+            try:
+                self.store.add_error(req.custom_id, code, a.message + suffix, a.status, a.body)
+            except TypeError:  # a body JSON cannot write back (orjson: an integer over 64 bits): its text
+                text = a.raw[:2000].decode("utf-8", "replace")
+                self.store.add_error(req.custom_id, code, a.message + suffix, a.status, text)
+        except OSError as exc:
+            self.halt_on_write_error(f"the errors file {self.store.errors_path}", exc)
+            return
         self.stats.failed += 1

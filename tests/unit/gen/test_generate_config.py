@@ -62,9 +62,11 @@ def test_the_input_and_output_paths_are_checked(tmp_path: Path) -> None:
         f"output {tmp_path} is a directory: give a file path for --output",
     ]
     out = tmp_path / "file" / "sub" / "out.jsonl"
-    assert problems(inp, out) == [f"output {out}: Not a directory"]
+    assert problems(inp, out) == [f"output {out}: cannot use it: Not a directory"]
     assert problems(inp, tmp_path / "taken.jsonl") == [
         f"the output's manifest {tmp_path / 'taken.jsonl.manifest.json'} is a directory: "
         "give a file path for --output"
     ]
-    assert problems(inp, inp) == ["the output must not be the input"]
+    assert problems(inp, inp) == [
+        f"output {inp} is the input {inp}: refusing to overwrite an input; choose another path"
+    ]
