@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from sglfleet.data._adapters import Format, RowError
 from sglfleet.data._categories import classify
+from sglfleet.data._defaults import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
 from sglfleet.data._outputs import check_outputs, locked, output_labels, written
@@ -53,8 +54,6 @@ from sglfleet.records import (
 )
 from sglfleet.records import kind as _kind
 
-DEFAULT_MIN_COMPLETION_TOKENS = 17
-DEFAULT_DROP_FINISH_REASONS = ("length",)
 CHUNK_LINES = 8192  # existing rows per classification task
 PARALLEL_BYTES = 16 << 20  # smaller existing sets are classified in this process
 

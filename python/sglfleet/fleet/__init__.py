@@ -19,6 +19,9 @@ from sglfleet._lazy import attach
 if TYPE_CHECKING:
     from sglfleet.fleet._backend import ATTENTION_BACKENDS, BackendError, Decision, observe_torch_cuda
     from sglfleet.fleet._backend import decide as decide_backend
+    from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
+    from sglfleet.fleet._defaults import DEFAULT_PATH as LEDGER_PATH
+    from sglfleet.fleet._defaults import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._endpoints import EndpointError
     from sglfleet.fleet._endpoints import from_ledgers as endpoints_from_ledgers
     from sglfleet.fleet._gpus import (
@@ -33,8 +36,6 @@ if TYPE_CHECKING:
     )
     from sglfleet.fleet._gpus import query as query_gpus
     from sglfleet.fleet._gpus import query_tolerant as query_gpus_tolerant
-    from sglfleet.fleet._health import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
-    from sglfleet.fleet._health import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._health import (
         Endpoint,
         FleetHealth,
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec, problems
     from sglfleet.fleet._instances_observe import Observed, observe
     from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
-    from sglfleet.fleet._ledger import DEFAULT_PATH as LEDGER_PATH
     from sglfleet.fleet._ledger import (
         OPTIONAL_PHASES,
         PHASES,

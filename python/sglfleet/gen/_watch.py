@@ -47,11 +47,15 @@ class JobStatus:
 
     def lines(self) -> list[str]:
         eta = _hms(self.eta_s) if self.eta_s is not None else "unknown" if self.running else "-"
-        note = f" ({self.message})" if self.message and not self.running else ""
+        shown = self.state.replace("_", " ")
+        # the message when it says more than the state ("complete (complete)" said nothing twice)
+        note = (
+            f" ({self.message})" if self.message not in ("", self.state, shown) and not self.running else ""
+        )
         if self.state == "stopped":  # killed before its last manifest: nothing said what to do
             note = " (killed before it could say so; rerun the same `sglfleet generate` command: it resumes)"
         out = [
-            f"{self.output}: {self.state}{note}",
+            f"{self.output}: {shown}{note}",
             f"  {self.done}/{self.total} done ({self.percent:.1f}%), {self.failed} failed, "
             f"{self.remaining} remaining",
             f"  {self.requests_per_s:,.1f} req/s, {self.output_tokens_per_s:,.0f} out tok/s, ETA {eta}; "
