@@ -41,6 +41,7 @@ VALID_ARGS = {
     "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
     "sglang_backend": {"toolchain_version": "13.2.2"},
     "fleet_endpoints": {"ledgers": {}},
+    "router_workers": {"router_url": "http://127.0.0.1:9", "urls": ["http://127.0.0.1:30000"]},
 }
 
 
