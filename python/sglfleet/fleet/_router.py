@@ -4,7 +4,7 @@ What 0.3.2 serves (sgl-router's `worker_service.rs`: `WorkerService::{list_worke
 delete_worker, create_worker}`, `DeleteWorkerResult`, `CreateWorkerResult`; the routes in `server.rs`
 `build_app`: `/workers` POST and GET, `/workers/{worker_id}` GET and DELETE, behind the router's `--api-key`
 like its generation routes. Read in the sglang repository's history; the source of the exact 0.3.2 tag was
-not at hand, so each answer below is pinned against the 0.3.2 wheel by
+not at hand: the list, remove and add flows below run against the 0.3.2 wheel in
 tests/unit/fleet/test_router_workers.py):
 
 - `GET /workers` -> 200 `{"workers": [{"id": "<uuid>", "url": ..., "is_healthy": ..., ...}], "total": N}`
