@@ -1,9 +1,9 @@
-"""Two hosts, one front door (issue 29): the session's lab CT (CT 200, or SGLFLEET_TEST_CT) and CT 203
-both run the fleet (playbooks/fleet.yml over both), the REAL sglang-router (playbooks/router.yml) on
-the first one in front of the instances of both; one `sglfleet generate` job goes through the router, every worker of both
-hosts serves part of it, and the second host's fleet is rolled during the job (with
-sglang_fleet_router_url: each instance leaves the router before its restart and comes back after its gate):
-exactly once, nothing lost, and no instance accepted a request after its drain began.
+"""Two hosts, one front door (issue 29): the session's lab CT (CT 200, or SGLFLEET_TEST_CT) and CT 203 both
+run the fleet (playbooks/fleet.yml over both), the REAL sglang-router (playbooks/router.yml) on the first
+one in front of the instances of both; one `sglfleet generate` job goes through the router, every worker
+of both hosts serves part of it, and the second host's fleet is rolled during the job (with
+sglang_fleet_router_url: each instance leaves the router before its restart and comes back after its
+gate): exactly once, nothing lost, and no instance accepted a request after its drain began.
 
 The lab's CTs share the host's network namespace, so the second host's instances bind 127.0.0.1 and the
 router reaches them there: sglang_router_worker_host says so explicitly (the router's preflight refuses a
