@@ -52,7 +52,7 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Plan the scale-down to instance 0
-  fleet_drain:
+  sglfleet.ops.fleet_drain:
     keep: [0]
   register: drain
 """
@@ -75,6 +75,13 @@ keep:
   elements: int
 stopped:
   description: Every instance but the kept ones (stopped once the plan is carried out).
+  returned: always
+  type: list
+  elements: int
+stopped_ports:
+  description:
+    - The ports of the stopped instances (C(SGLANG_FLEET_PORT) of their environment files), for the
+      router's worker URLs.
   returned: always
   type: list
   elements: int

@@ -153,8 +153,17 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+# The probe is the collection's playbooks/files/sglfleet_doctor_probe.py (copy it next to your playbook);
+# sglfleet.ops.doctor runs it on every host and calls this module once with all of them.
+- name: Probe the host (reads /proc, /dev and the given paths; changes nothing)
+  ansible.builtin.script:
+    cmd: sglfleet_doctor_probe.py --port=30000 --port=30001
+    executable: python3
+  register: probe_result
+  changed_when: false
+
 - name: Judge what every host showed
-  sglfleet_doctor:
+  sglfleet.ops.sglfleet_doctor:
     hosts:
       - host: ct200
         role: ct
@@ -167,6 +176,7 @@ EXAMPLES = r"""
           dir: /srv/models/m
           hf_repo: org/m
           hf_revision: 0123456789abcdef0123456789abcdef01234567
+  delegate_to: localhost
   register: doctor
 """
 

@@ -65,13 +65,13 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Find the training job
-  training_jobs:
+  sglfleet.ops.training_jobs:
     units: [train.service]
     patterns: ['torchrun .*train\.py']
   register: job
 
 - name: Wait until the job that was stopped is gone
-  training_jobs:
+  sglfleet.ops.training_jobs:
     units: "{{ job.running_units | map(attribute='Id') | list }}"
     pids: "{{ job.processes | map(attribute='pid') | list }}"
   register: left

@@ -83,7 +83,7 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Plan the restart of the unit training_stop stopped
-  training_launch:
+  sglfleet.ops.training_launch:
     units: [train.service]
     environment: {TRAIN_DATA: "{dataset}", RESUME_FROM: "{checkpoint}"}
     dataset: /data/train/drafter.jsonl

@@ -7,8 +7,9 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sglfleet.cli import HELP
 from sglfleet.cli._common import (
     API_KEY_ENV,
     add_api_key_args,
@@ -17,7 +18,10 @@ from sglfleet.cli._common import (
     non_negative_float,
     positive_float,
 )
-from sglfleet.gen import ExitCode, GenerateConfig, GenParams, reporter_for, run
+from sglfleet.exitcodes import ExitCode
+
+if TYPE_CHECKING:  # the engine (aiohttp, rich, pydantic) is imported by main(), not by `--help`
+    from sglfleet.gen import GenParams
 
 EPILOG = f"""\
 exit codes (the scheme of mix, merge and generate: docs/exit-codes.md); the last line of a run that
@@ -57,7 +61,7 @@ def _json_finite(text: str) -> float:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser(
         "generate",
-        help="run a resumable, exactly-once batch-generation job across the fleet",
+        help=HELP["generate"],
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -200,6 +204,8 @@ def _endpoints(args: argparse.Namespace) -> list[str]:
 
 
 def _params(args: argparse.Namespace) -> GenParams:
+    from sglfleet.gen import GenParams
+
     extra = dict(args.extra_body or {})
     if args.top_k is not None:
         extra["top_k"] = args.top_k
@@ -225,6 +231,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from sglfleet.gen import GenerateConfig, reporter_for, run
+
     try:
         endpoints = _endpoints(args)
     except OSError as exc:

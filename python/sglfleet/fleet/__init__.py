@@ -7,6 +7,7 @@
 - `backend`: the attention backend and torch's CUDA runtime for a host's compute capability.
 - `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
 - `wheels`: what the pinned SGLang wheels need of the interpreter and glibc (`install_problems`).
+- `router`: take instances out of SGLang's router (`/workers`) before they stop, put them back after.
 """
 
 from typing import TYPE_CHECKING
@@ -18,6 +19,9 @@ from sglfleet._lazy import attach
 if TYPE_CHECKING:
     from sglfleet.fleet._backend import ATTENTION_BACKENDS, BackendError, Decision, observe_torch_cuda
     from sglfleet.fleet._backend import decide as decide_backend
+    from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
+    from sglfleet.fleet._defaults import DEFAULT_PATH as LEDGER_PATH
+    from sglfleet.fleet._defaults import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._endpoints import EndpointError
     from sglfleet.fleet._endpoints import from_ledgers as endpoints_from_ledgers
     from sglfleet.fleet._gpus import (
@@ -32,8 +36,6 @@ if TYPE_CHECKING:
     )
     from sglfleet.fleet._gpus import query as query_gpus
     from sglfleet.fleet._gpus import query_tolerant as query_gpus_tolerant
-    from sglfleet.fleet._health import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
-    from sglfleet.fleet._health import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._health import (
         Endpoint,
         FleetHealth,
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
     from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec, problems
     from sglfleet.fleet._instances_observe import Observed, existing_instances, observe, unit_states
     from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
-    from sglfleet.fleet._ledger import DEFAULT_PATH as LEDGER_PATH
     from sglfleet.fleet._ledger import (
         OPTIONAL_PHASES,
         PHASES,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         record_phase,
         remove_phase,
     )
+    from sglfleet.fleet._router import RouterError, RouterWorker, RouterWorkers
     from sglfleet.fleet._status import (
         FleetStatus,
         gather_status,

@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
+from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S, DEFAULT_TIMEOUT_S
+
 __all__ = [
-    "DEFAULT_INTERVAL_S",
-    "DEFAULT_TIMEOUT_S",
     "Endpoint",
     "FleetHealth",
     "InstanceHealth",
@@ -42,9 +42,6 @@ __all__ = [
     "parse_loads",
     "probe_fleet_async",
 ]
-
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_INTERVAL_S = 2.0
 
 
 class Endpoint(BaseModel):

@@ -29,9 +29,9 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sglfleet.atomicio import atomic_write
+from sglfleet.fleet._defaults import DEFAULT_PATH
 
 __all__ = [
-    "DEFAULT_PATH",
     "OPTIONAL_PHASES",
     "PHASES",
     "STATUSES",
@@ -42,8 +42,6 @@ __all__ = [
     "record_phase",
     "remove_phase",
 ]
-
-DEFAULT_PATH = Path("/var/lib/sglfleet/ledger.json")
 
 Phase = Literal[
     "host",
