@@ -41,6 +41,7 @@ VALID_ARGS = {
     "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
     "sglang_backend": {"toolchain_version": "13.2.2"},
     "fleet_endpoints": {"ledgers": {}},
+    "toolchain_verdict": {"facts": {}},
 }
 
 
