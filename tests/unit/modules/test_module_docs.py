@@ -42,6 +42,7 @@ VALID_ARGS = {
     "sglang_backend": {"toolchain_version": "13.2.2"},
     "fleet_endpoints": {"ledgers": {}},
     "toolchain_verdict": {"facts": {}},
+    "device_nodes": {"gpu_count": 1},
 }
 
 
