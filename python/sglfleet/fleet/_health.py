@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -276,15 +276,18 @@ async def wait_fleet_async(
     probe_timeout: float = DEFAULT_TIMEOUT_S,
     wait: float = 0.0,
     interval: float = DEFAULT_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> FleetHealth:
-    """Probe until every instance is healthy or `wait` seconds have passed (0: probe once)."""
+    """Probe until every instance is healthy or `wait` seconds have passed (0: probe once); `clock` and
+    `sleep` measure and spend the wait (tests give a fake pair)."""
     if not endpoints:
         raise ValueError("no instances to probe")
     if probe_timeout <= 0 or wait < 0 or interval <= 0:
         raise ValueError(
             f"need timeout > 0, wait >= 0, interval > 0 (got {probe_timeout}, {wait}, {interval})"
         )
-    start = time.monotonic()
+    start = clock()
     deadline = start + wait
     attempts = 0
     while True:
@@ -293,7 +296,7 @@ async def wait_fleet_async(
             endpoints, api_key=api_key, expected_model=expected_model, probe_timeout=probe_timeout
         )
         healthy = sum(r.healthy for r in rows)
-        now = time.monotonic()
+        now = clock()
         if healthy == len(rows) or now + interval > deadline:
             return FleetHealth(
                 instances=tuple(rows),
@@ -302,7 +305,7 @@ async def wait_fleet_async(
                 waited_s=round(now - start, 3),
                 attempts=attempts,
             )
-        await asyncio.sleep(interval)
+        await sleep(interval)
 
 
 def check_fleet(
@@ -313,6 +316,8 @@ def check_fleet(
     timeout: float = DEFAULT_TIMEOUT_S,
     wait: float = 0.0,
     interval: float = DEFAULT_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> FleetHealth:
     """Blocking `wait_fleet_async` (for the CLI and the Ansible module)."""
     return asyncio.run(
@@ -323,5 +328,7 @@ def check_fleet(
             probe_timeout=timeout,
             wait=wait,
             interval=interval,
+            clock=clock,
+            sleep=sleep,
         )
     )
