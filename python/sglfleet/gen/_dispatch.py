@@ -26,7 +26,8 @@ A request can be overdue on its own, without its endpoint stalling as a whole: b
 endpoint for the pool) a frozen worker holds only the requests the router gave it. :meth:`overdue`
 judges one request against the latencies this job has seen, per token of ``max_tokens`` when the
 request has one (an EWMA of latency / max_tokens, times ``stall_factor``, at least ``stall_min``),
-and only while the job still gets answers (all quiet means slow work, not a stall); the runner then
+while the job still gets answers, or past ``QUIET_FACTOR`` times that limit when nothing answers (a
+router may have sent every request in flight to the one worker that froze); the runner then
 re-sends it (see :mod:`sglfleet.gen._requests`).
 
 Time comes from ``clock`` (the running loop's by default), so that tests drive stalls and overdue
@@ -86,6 +87,7 @@ Probe = Callable[[Endpoint], Awaitable[bool]]
 Clock = Callable[[], float]
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 LATENCY_WEIGHT = 0.2  # of the newest sample in the moving average
+QUIET_FACTOR = 4.0  # an overdue request while nothing answers: judged past this many times its limit
 
 
 class NoEndpoint(RuntimeError):
@@ -294,13 +296,28 @@ class EndpointPool:
                 fut.set_result(None)
                 n -= 1
 
+    def detach(self, ep: Endpoint) -> None:
+        """An overdue request stops counting against ``ep``'s slots (it stays in flight, its
+        re-send needs a slot: behind a router every slot may be held by requests a frozen worker
+        holds). Its :meth:`release` then passes ``held=False``."""
+        ep.in_flight -= 1
+        if ep.up:
+            self._wake_for(ep)
+
     def release(
-        self, ep: Endpoint, outcome: str, latency: float | None = None, max_tokens: int | None = None
+        self,
+        ep: Endpoint,
+        outcome: str,
+        latency: float | None = None,
+        max_tokens: int | None = None,
+        held: bool = True,
     ) -> None:
         """Give a slot back. ``outcome``: "ok", "error" (answered, but a failure that says nothing
         about the endpoint's health), "down" (no answer, timeout, 502/503/504), "auth" (401/403) or
-        "cancelled" (we gave up on it: an interrupt, or another endpoint answered first)."""
-        ep.in_flight -= 1
+        "cancelled" (we gave up on it: an interrupt, or another endpoint answered first).
+        ``held``: False when the slot was already given back (:meth:`detach`)."""
+        if held:
+            ep.in_flight -= 1
         self._clock += 1
         ep.last_release = self._clock
         if latency is not None and outcome in ("ok", "error"):
@@ -371,13 +388,20 @@ class EndpointPool:
             return None
         return max(self.stall_min, self.stall_factor * expected)
 
-    def overdue(self, started: float, max_tokens: int | None, now: float) -> bool:
-        """True when a request sent at ``started`` has waited past its limit while the job got an
-        answer within that limit (the rest of the fleet moves; this one does not)."""
+    def overdue(self, started: float, max_tokens: int | None, now: float, patience: float = 1.0) -> bool:
+        """True when a request sent at ``started`` has waited past its limit (times ``patience``)
+        while the job got an answer within that limit (the rest of the fleet moves; this one does not)."""
         limit = self.overdue_limit(max_tokens)
-        if limit is None or now - started <= limit:
+        if limit is None:
             return False
-        return self.last_answer is not None and now - self.last_answer < limit
+        limit *= patience
+        if now - started <= limit:
+            return False
+        if self.last_answer is not None and now - self.last_answer < limit:
+            return True
+        # all quiet: slow work, or every request in flight on one frozen worker (a router's
+        # cache_aware may send a whole shared prefix to one): judged so only much later
+        return now - started > QUIET_FACTOR * limit
 
     def mark_stalled(self, ep: Endpoint) -> None:
         """Take ``ep`` out as stalled and wake the requests in flight on it (they go elsewhere too)."""

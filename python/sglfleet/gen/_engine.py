@@ -470,9 +470,11 @@ async def _execute(
         Path(config.output), _input_info(config, prepared.scan), config.params.record(), prepared.previous
     )
     reporter = reporter or LogReporter(sys.stdout)
-    # a connection per request slot, and one each for an endpoint's health watcher and prober: a
-    # request never waits for a connection (aiohttp's queue of waiters costs CPU per release)
-    session = client.make_session((config.concurrency + 2) * len(config.endpoints), config.api_key)
+    # a connection per request slot, as many again for overdue requests whose slot was given back
+    # (EndpointPool.detach: a frozen worker behind a router may hold every slot), and one each for
+    # an endpoint's health watcher and prober: a request or a probe never waits for a connection
+    # (aiohttp's queue of waiters costs CPU per release)
+    session = client.make_session((2 * config.concurrency + 2) * len(config.endpoints), config.api_key)
     pool = _make_pool(config, session, prepared.live, prepared.routers)
     runner = RequestRunner(
         config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop

@@ -58,6 +58,7 @@ class _Ticket:
     task: asyncio.Task[Any]
     started: float = 0.0  # pool time it was sent
     max_tokens: int | None = None
+    detached: bool = False  # overdue: its slot was given back (EndpointPool.detach)
     settled: bool = False  # the waiting task has its answer (or gave up): nothing more to do
     hedge: asyncio.Task[None] | None = None
     resends: int = 0  # times it was sent to another endpoint because the one it waited on stalled
@@ -339,7 +340,7 @@ class RequestRunner:
         waiting = self.tickets.setdefault(ep, set())
         waiting.add(ticket)
         try:
-            a = await self._post(ep, url, body, max_tokens)
+            a = await self._post(ep, url, body, max_tokens, ticket)
             ticket.settled = True
             return a, ep
         except asyncio.CancelledError:
@@ -376,6 +377,8 @@ class RequestRunner:
                     continue
                 if overdue(ticket.started, ticket.max_tokens, now):
                     self.stats.overdue += 1
+                    ticket.detached = True
+                    self.pool.detach(ep)
                     ticket.hedge = asyncio.create_task(self._resend_elsewhere(ticket, ep))
 
     async def _resend_elsewhere(self, ticket: _Ticket, stalled: Endpoint) -> None:
@@ -427,13 +430,18 @@ class RequestRunner:
         started = pool.now()
         attempt = asyncio.ensure_future(self._post(ep, ticket.url, ticket.body, ticket.max_tokens))
         waiter = asyncio.ensure_future(stalled.wait())
+        # each re-send gets twice the time of the one before: behind a router, the worker that froze
+        # may get it again until the router's health checks take that worker out (seconds)
+        patience = 2.0 ** max(ticket.resends - 1, 0)
         try:
             while True:
                 limit = pool.overdue_limit(ticket.max_tokens)
                 done, _ = await asyncio.wait(
-                    {attempt, waiter}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                    {attempt, waiter},
+                    timeout=None if limit is None else limit * patience,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-                if done or pool.overdue(started, ticket.max_tokens, pool.now()):
+                if done or pool.overdue(started, ticket.max_tokens, pool.now(), patience):
                     break
         finally:
             waiter.cancel()
@@ -448,7 +456,12 @@ class RequestRunner:
     # -- one attempt, and what it came to -----------------------------------------------------
 
     async def _post(
-        self, ep: Endpoint, url: str, body: bytes, max_tokens: int | None = None
+        self,
+        ep: Endpoint,
+        url: str,
+        body: bytes,
+        max_tokens: int | None = None,
+        ticket: _Ticket | None = None,
     ) -> client.Attempt:
         """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
         now = self.pool.now
@@ -466,7 +479,8 @@ class RequestRunner:
                 outcome = "ok" if a.kind is client.Kind.OK else "error"
             return a
         finally:
-            self.pool.release(ep, outcome, latency, max_tokens)
+            held = ticket is None or not ticket.detached
+            self.pool.release(ep, outcome, latency, max_tokens, held)
 
     def _record_result(self, req: Request, answer: _Answer) -> None:
         a = answer.attempt

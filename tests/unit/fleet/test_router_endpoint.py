@@ -188,27 +188,28 @@ def test_through_the_router_a_frozen_worker_costs_seconds_not_the_request_timeou
         fleet(flags, flags, flags) as servers,
         running_router([s.base_url for s in servers], model_dir, "cache_aware", *fast) as router,
     ):
-        frozen = servers[0]
         job = Background(
             GenerateConfig(
                 input=inp,
                 output=out,
                 endpoints=[router],
                 concurrency=24,
-                params=GenParams(max_tokens=8),
+                params=GenParams(max_tokens=32),
                 request_timeout=60,
             )
         )
+        frozen = None
         try:
             wait_until(lambda: count_lines(out) >= 100, timeout=30, what="100 results written")
-            served_before_freeze = requests_served(frozen.base_url)
+            # the worker the router sends most to (cache_aware may send all of a shared prefix to one)
+            frozen = max(servers, key=lambda s: requests_served(s.base_url))
             os.kill(frozen.process.pid, signal.SIGSTOP)
             t0 = time.monotonic()
             outcome = job.join(60)
             after = time.monotonic() - t0
         finally:
-            os.kill(frozen.process.pid, signal.SIGCONT)
+            if frozen is not None:
+                os.kill(frozen.process.pid, signal.SIGCONT)
     assert outcome.exit_code == ExitCode.OK, outcome.message
     assert after < 20, f"the job took {after:.1f} s after the freeze (request timeout 60 s)"
     assert_exactly_once(out, ids)
-    assert served_before_freeze > 0, "the frozen worker was in the rotation"

@@ -64,7 +64,8 @@ def test_a_request_is_overdue_past_the_jobs_latency_for_its_max_tokens_while_ans
         assert not pool.overdue(0.0, 64, now=7.9)  # within its limit
         assert pool.overdue(0.0, 64, now=9.0)  # past it, and the job answered 0.5 s ago
         assert not pool.overdue(0.0, 640, now=9.0)  # a longer request has a longer limit
-        assert not pool.overdue(0.0, 64, now=30.0)  # all quiet for 21.5 s: slow work, not a stall
+        assert not pool.overdue(0.0, 64, now=30.0)  # all quiet for 21.5 s: slow work, not a stall...
+        assert pool.overdue(0.0, 64, now=33.0)  # ...until 4 times its limit (one frozen worker had all)
 
     asyncio.run(scenario())
 
