@@ -133,6 +133,7 @@ def row(name: str, args: argparse.Namespace, tmp: Path, model_dir: Path) -> dict
         def go(endpoints: list[str], concurrency: int) -> dict[str, float]:
             if not faulty:
                 return job(inp, out, endpoints, concurrency, args.prompts)
+            out.unlink(missing_ok=True)  # the clean row's: the faults watch this one fill
             with Faults(servers, out, args.prompts // 4) as faults:
                 start = time.monotonic()
                 result = job(inp, out, endpoints, concurrency, args.prompts)
