@@ -10,13 +10,12 @@ import orjson
 import pytest
 from support.generate import write_batch
 
+from sglfleet.gen import GenerateConfig, OutputStore
 from sglfleet.gen import _client as client
 from sglfleet.gen._dispatch import EndpointPool, NoEndpoint
-from sglfleet.gen._engine import GenerateConfig
 from sglfleet.gen._formats import Request
 from sglfleet.gen._progress import Stats
 from sglfleet.gen._requests import RequestRunner, max_tokens_of
-from sglfleet.gen._store import OutputStore
 
 
 class FakeClock:

@@ -20,6 +20,13 @@ EXCEPTIONS = {
     "tests/unit/data/test_merge_cache.py": {"sglfleet.data._merge"},  # chunking and the block copy
     "tests/unit/gen/test_store.py": {"sglfleet.gen._ids", "sglfleet.gen._store"},  # the id set, the line scan
     "tests/unit/gen/test_generate_prefix.py": {"sglfleet.gen._affinity", "sglfleet.gen._dispatch"},
+    "tests/unit/gen/test_generate_overdue.py": {  # the pool and one request's runner on a fake clock
+        "sglfleet.gen._client",
+        "sglfleet.gen._dispatch",
+        "sglfleet.gen._formats",
+        "sglfleet.gen._progress",
+        "sglfleet.gen._requests",
+    },
     "tests/unit/gen/test_generation_job.py": {"sglfleet.gen._unit"},  # the unit's observation and decision
     "tests/unit/fleet/test_instances.py": {  # the layout's steps, the observation and the plan
         "sglfleet.fleet._backend",
