@@ -256,6 +256,14 @@ phase_done:
   description: The job is complete and no more than I(max_failures) requests failed for good.
   returned: always
   type: bool
+phase_status:
+  description:
+    - What the ledger records for phase generate (role generate's record step writes it as it is).
+    - C(done) when I(phase_done); C(pending) in check mode otherwise (a job that would start has not
+      ended yet); C(failed) otherwise.
+  returned: always
+  type: str
+  sample: done
 progress:
   description: With I(wait), the counts at each poll (at most the last 100).
   returned: when I(wait)
@@ -301,6 +309,7 @@ with SGLFLEET:
         JobSpec,
         decide_job,
         job_journal_tail,
+        job_phase_status,
         job_summary,
         job_verdict,
         observe_job,
@@ -405,7 +414,11 @@ def main() -> None:
     phase_done, exit_code = job_verdict(obs, spec.max_failures)
     result = {"changed": changed, "unit": spec.unit, "action": decision.action, "reason": decision.reason}
     result.update(job_summary(obs))
-    result.update(phase_done=phase_done, exit_code=exit_code)
+    result.update(
+        phase_done=phase_done,
+        phase_status=job_phase_status(phase_done, module.check_mode),
+        exit_code=exit_code,
+    )
     if waiting:
         result["progress"] = progress
         if obs.running:

@@ -138,6 +138,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="give up when no endpoint answers this long (600)",
     )
     p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait at the start while no endpoint is ready but one says not yet: a router "
+        "with no healthy worker (/readiness 503), an instance starting (120; 0: do not wait)",
+    )
+    p.add_argument(
         "--log-interval",
         type=positive_float,
         default=10.0,
@@ -257,6 +264,7 @@ def _main(args: argparse.Namespace) -> int:
         backoff_base=args.backoff_base,
         grace=args.grace,
         down_timeout=args.down_timeout,
+        start_timeout=args.start_timeout,
         probe_timeout=args.probe_timeout,
         stall_factor=args.stall_factor,
         stall_min=args.stall_min,

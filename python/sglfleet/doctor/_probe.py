@@ -19,7 +19,7 @@ import stat
 import sys
 from typing import Any
 
-__all__: list[str] = []
+__all__ = ["char_majors"]
 
 # nv.c writes "NVRM version: NVIDIA UNIX ... Kernel Module  580.95.05  ..." into /proc/driver/nvidia/version.
 MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\s")

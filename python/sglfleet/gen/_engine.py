@@ -76,6 +76,9 @@ class GenerateConfig:
     down_timeout: float = 600.0
     probe_interval: float = 1.0
     probe_timeout: float = 10.0  # seconds the preflight (and each re-probe) waits for an endpoint
+    # seconds the preflight waits while no endpoint is ready but one answers "not yet" (a router
+    # whose workers are still registering: /readiness 503; an instance starting: 503)
+    start_timeout: float = 120.0
     stall_factor: float = 8.0  # stalled: nothing answered for this many times its recent latency...
     stall_min: float = 2.0  # ...and at least this many seconds
     max_resends: int = 5  # times one request is sent elsewhere because its endpoint stalled
@@ -296,6 +299,7 @@ class _Prepared:
     resumed: Resumed
     pending: list[int]
     live: list[str]  # the endpoints that answered the preflight, in the order given
+    routers: set[str] = field(default_factory=set)  # those that are sglang-routers (/readiness)
 
 
 async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared | Outcome:
@@ -309,9 +313,10 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     refused = _refusal(config, scan, previous)
     if refused is not None:
         return refused
-    live = await _preflight(config)
-    if isinstance(live, Outcome):
-        return live
+    preflight = await _preflight(config, interrupt)
+    if isinstance(preflight, Outcome):
+        return preflight
+    live, routers = preflight
     if interrupt.signalled:
         return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
     opened = await _open_output(config, scan)
@@ -321,7 +326,7 @@ async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared |
     if interrupt.signalled:
         store.close()
         return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-    return _Prepared(scan, previous, store, resumed, pending, live)
+    return _Prepared(scan, previous, store, resumed, pending, live, routers)
 
 
 def _load_previous(config: GenerateConfig) -> manifest.Manifest | Outcome | None:
@@ -435,20 +440,35 @@ def _check_previous(
     )  # exit 6 prints `next: ... --force` (a changed input); exit 2 (other parameters) none
 
 
-async def _preflight(config: GenerateConfig) -> list[str] | Outcome:
-    """Probe every endpoint at once with the fleet's health probe; the ones that answer, or why none."""
+NOT_YET = frozenset({"starting", "not ready"})  # answers of an endpoint that will be ready soon
+START_PROBE_INTERVAL = 2.0  # seconds between preflight probes while waiting (as `sglfleet health --wait`)
+
+
+async def _preflight(config: GenerateConfig, interrupt: _Interrupt) -> tuple[list[str], set[str]] | Outcome:
+    """Probe every endpoint at once with the fleet's health probe; the ones that answer (and which of
+    them are routers), or why none. While none is ready but one says "not yet" (a router whose
+    workers are still registering answers /readiness 503), probe again for up to ``start_timeout``."""
     from sglfleet.fleet import endpoints_from_urls, probe_fleet_async
 
-    rows = await probe_fleet_async(
-        endpoints_from_urls(config.endpoints), api_key=config.api_key, probe_timeout=config.probe_timeout
-    )
-    live = [r.url for r in rows if r.healthy]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.start_timeout
+    while True:
+        rows = await probe_fleet_async(
+            endpoints_from_urls(config.endpoints), api_key=config.api_key, probe_timeout=config.probe_timeout
+        )
+        live = [r.url for r in rows if r.healthy]
+        waiting = not live and any(r.reason in NOT_YET for r in rows)
+        if not waiting or loop.time() + START_PROBE_INTERVAL > deadline or interrupt.signalled:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(interrupt.stop.wait(), START_PROBE_INTERVAL)
     if not live:
-        causes = "; ".join(f"{r.url}: {r.reason}" for r in rows)
+        causes = "; ".join(f"{r.url}: {r.reason}" + (f" ({r.detail})" if r.detail else "") for r in rows)
         return Outcome(
             ExitCode.NO_ENDPOINT,
             f"no endpoint answers /health_generate ({causes}); nothing was sent, rerun when the fleet is up",
         )
+    routers = {r.url for r in rows if r.router}
     denied = [r for r in rows if r.healthy and r.detail and "401" in r.detail]
     if len(denied) == len(live):
         return Outcome(
@@ -456,7 +476,7 @@ async def _preflight(config: GenerateConfig) -> list[str] | Outcome:
             f"401 Unauthorized from {denied[0].url}/model_info: check the API key "
             f"({'none was given' if not config.api_key else 'the one given is refused'}); nothing was sent",
         )
-    return live
+    return live, routers
 
 
 def _has_content(path: Path) -> bool:
@@ -481,10 +501,12 @@ async def _execute(
         prepared.store.summary,
     )
     reporter = reporter or LogReporter(sys.stdout)
-    # a connection per request slot, and one each for an endpoint's health watcher and prober: a
-    # request never waits for a connection (aiohttp's queue of waiters costs CPU per release)
-    session = client.make_session((config.concurrency + 2) * len(config.endpoints), config.api_key)
-    pool = _make_pool(config, session, prepared.live)
+    # a connection per request slot, as many again for overdue requests whose slot was given back
+    # (EndpointPool.detach: a frozen worker behind a router may hold every slot), and one each for
+    # an endpoint's health watcher and prober: a request or a probe never waits for a connection
+    # (aiohttp's queue of waiters costs CPU per release)
+    session = client.make_session((2 * config.concurrency + 2) * len(config.endpoints), config.api_key)
+    pool = _make_pool(config, session, prepared.live, prepared.routers)
     runner = RequestRunner(
         config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop
     )
@@ -644,11 +666,17 @@ async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _I
             await asyncio.wait_for(interrupt.stop.wait(), config.metrics_linger)
 
 
-def _make_pool(config: GenerateConfig, session: aiohttp.ClientSession, live: list[str]) -> EndpointPool:
-    """The endpoints, those that did not answer the preflight taken out (the prober waits for them)."""
+def _make_pool(
+    config: GenerateConfig, session: aiohttp.ClientSession, live: list[str], routers: set[str] = frozenset()
+) -> EndpointPool:
+    """The endpoints, those that did not answer the preflight taken out (the prober waits for them).
+    A router is watched and probed at its /readiness: its /health says 200 with no worker up."""
 
     async def probe(ep: Endpoint) -> bool:
-        return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))
+        path = "/readiness" if ep.url in routers else "/health"
+        return await client.probe_health(
+            session, ep.url, min(config.probe_timeout, config.request_timeout), path
+        )
 
     pool = EndpointPool(
         config.endpoints,

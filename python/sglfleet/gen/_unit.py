@@ -37,6 +37,7 @@ __all__ = [
     "decide",
     "journal_tail",
     "observe",
+    "phase_status",
     "start",
     "stop",
     "summary",
@@ -307,6 +308,15 @@ def verdict(obs: Observed, max_failures: int) -> tuple[bool, int | None]:
     if m.status == "complete_with_failures":
         return m.counts.failed <= max_failures, 3 if code is None else code
     return False, code
+
+
+def phase_status(phase_done: bool, check_mode: bool = False) -> str:
+    """The ledger status of phase generate for a job that was waited for: done (`verdict`'s
+    phase_done), pending in check mode (a job that would start or restart has not ended yet), failed
+    otherwise."""
+    if phase_done:
+        return "done"
+    return "pending" if check_mode else "failed"
 
 
 def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = host.run) -> str:

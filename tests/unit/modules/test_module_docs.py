@@ -49,6 +49,8 @@ VALID_ARGS = {
     },
     "fleet_endpoints": {"ledgers": {}},
     "router_workers": {"router_url": "http://127.0.0.1:9", "urls": ["http://127.0.0.1:30000"]},
+    "toolchain_verdict": {"facts": {}},
+    "device_nodes": {"gpu_count": 1},
 }
 
 
