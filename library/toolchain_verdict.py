@@ -121,7 +121,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.toolchain import ToolchainFacts, toolchain_verdicts
+    from sglfleet.toolchain import ToolchainFacts, verdicts
 
 
 def main():
@@ -157,7 +157,7 @@ def main():
             installed = json.loads(p["installed"].get("stdout") or "")
         except ValueError:
             installed = None
-    checks, drift = toolchain_verdicts(facts, p["results"], installed, p["ptx_text"], p["requirements"])
+    checks, drift = verdicts(facts, p["results"], installed, p["ptx_text"], p["requirements"])
     first = next((name for name, check in checks.items() if not check.ok), None)
     module.exit_json(
         changed=False, checks={n: c.as_dict() for n, c in checks.items()}, drift=drift, first_failed=first

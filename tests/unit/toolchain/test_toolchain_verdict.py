@@ -12,7 +12,7 @@ import pytest
 import yaml
 from support.paths import REPO
 
-from sglfleet.toolchain import TOOLCHAIN_CHECKS, TOOLCHAIN_FIX_TASKS, ToolchainFacts, toolchain_verdicts
+from sglfleet.toolchain import CHECKS, FIX_TASKS, ToolchainFacts, verdicts
 
 VARS = yaml.safe_load((REPO / "roles/cuda_toolchain/vars/main.yml").read_text())
 RELEASE = VARS["__cuda_toolchain_releases"]["13.2.2"]
@@ -60,7 +60,7 @@ def _ok_results() -> dict:
 
 def _judge(installed: dict | None = None, ptx: str = PTX, **changes: dict) -> tuple[dict, list[str]]:
     results = _ok_results() | changes
-    return toolchain_verdicts(FACTS, results, PINNED if installed is None else installed, ptx, ["w==1"])
+    return verdicts(FACTS, results, PINNED if installed is None else installed, ptx, ["w==1"])
 
 
 def _failed(checks: dict) -> list[str]:
@@ -73,7 +73,7 @@ def _flat(text: str) -> str:
 
 def test_a_sound_tree_passes_every_check_that_ran_in_the_roles_order() -> None:
     checks, drift = _judge()
-    assert list(checks) == [c for c in TOOLCHAIN_CHECKS if c != "gpu"]  # the GPU check was skipped
+    assert list(checks) == [c for c in CHECKS if c != "gpu"]  # the GPU check was skipped
     assert not _failed(checks) and drift == []
     assert checks["nvcc"].success_msg == "Cuda compilation tools, release 13.2, V13.2.86"
     assert checks["ptx"].success_msg == "PTX ISA 9.2, target sm_120"
@@ -245,7 +245,7 @@ def test_an_nvcc_that_is_not_the_release_names_both_tree_tasks() -> None:
 
 
 def test_a_failed_version_probe_counts_every_wheel_as_missing() -> None:
-    checks, drift = toolchain_verdicts(FACTS, {}, None)
+    checks, drift = verdicts(FACTS, {}, None)
     assert list(checks) == ["pins"]
     assert drift[0] == "nvidia-cuda-nvcc is missing, release 13.2.2 pins 13.2.86" and len(drift) == len(
         WHEELS
@@ -264,11 +264,11 @@ def test_every_task_a_message_names_is_a_task_of_the_role() -> None:
 
     for path in Path(REPO / "roles/cuda_toolchain/tasks").glob("*.yml"):
         walk(yaml.safe_load(path.read_text()))
-    assert len(TOOLCHAIN_FIX_TASKS) == 7
-    assert set(TOOLCHAIN_FIX_TASKS) <= names, set(TOOLCHAIN_FIX_TASKS) - names
+    assert len(FIX_TASKS) == 7
+    assert set(FIX_TASKS) <= names, set(FIX_TASKS) - names
 
 
 def test_the_role_asserts_each_verdict_in_the_order_of_the_checks() -> None:
     text = (REPO / "roles/cuda_toolchain/tasks/verify.yml").read_text()
     asserted = re.findall(r"that: __cuda_toolchain_verdict\.checks\.(\w+)\.ok", text)
-    assert asserted == list(TOOLCHAIN_CHECKS)
+    assert asserted == list(CHECKS)
