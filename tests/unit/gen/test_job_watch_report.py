@@ -104,6 +104,23 @@ def test_watch_refuses_a_bad_interval(capsys: pytest.CaptureFixture[str], finish
     assert exc.value.code == 2 and "not a positive number of seconds" in capsys.readouterr().err
 
 
+def test_watch_before_out_says_where_to_put_it(capsys: pytest.CaptureFixture[str], finished: Path) -> None:
+    """`job status --watch OUT` reads OUT as --watch's seconds: the error says how to write it."""
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["job", "status", "--watch", str(finished)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "write --watch after the other arguments" in err, err
+
+
+def test_watch_off_a_terminal_ends_its_frame_with_a_newline(
+    capsys: pytest.CaptureFixture[str], finished: Path
+) -> None:
+    """`job status OUT --watch | cat` of a finished job: its last line is ended."""
+    assert cli_main(["job", "status", str(finished), "--watch"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(" stalls\n") and f"{finished}: complete" in out, repr(out)
+
+
 def test_the_timeline_samples_the_job_per_endpoint(finished: Path) -> None:
     samples = load_timeline(finished)
     assert len(samples) >= 2
