@@ -258,7 +258,8 @@ def _companion_of_a_job(output: Path) -> str | None:
     for suffix, what in _COMPANIONS.items():
         if output.name.endswith(suffix) and len(output.name) > len(suffix):
             job = output.with_name(output.name[: -len(suffix)])
-            if manifest.manifest_path(job).exists():
+            # X.manifest.json as an output is only X's manifest when there is an X it describes
+            if manifest.manifest_path(job).exists() and (suffix != ".manifest.json" or job.is_file()):
                 return (
                     f"output {output} is the {what} of the job {job} (it has {manifest.manifest_path(job)}), "
                     "which empties or replaces it on each run: choose another --output"

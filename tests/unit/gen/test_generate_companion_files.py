@@ -56,6 +56,10 @@ def test_an_errors_file_that_is_another_jobs_output_is_refused(tmp_path: Path) -
     (tmp_path / "job.jsonl.manifest.json").write_text("{}")
     problems = check_config(_config(inp, tmp_path / "job.jsonl.errors.jsonl"))
     assert len(problems) == 1 and "is the errors file of the job" in problems[0], problems
+    # an output that is merely named like a manifest, with no job beside it, is an output
+    named = tmp_path / "mine.manifest.json"
+    named.write_bytes(b"")
+    assert check_config(_config(inp, named)) == []
 
 
 def test_an_errors_file_linked_to_the_output_loses_no_result(tmp_path: Path) -> None:
