@@ -221,19 +221,53 @@ def _path_problems(input_path: Path, output: Path) -> list[str]:
 
 
 def _output_problems(output: Path, input_path: Path) -> list[str]:
-    """Why the output, its errors file or its manifest cannot be written, found before anything is
-    sent (:func:`sglfleet.outpath.output_problem`, the check mix and merge make too): the first of
-    them that is the input, is not a regular file (a directory, device, FIFO, socket, or a symlink
-    to one), is read-only, or cannot be created."""
-    for path, what in (
-        (output, "output"),
-        (errors_path(output), "the output's errors file"),
-        (manifest.manifest_path(output), "the output's manifest"),
+    """Why the output or a file the job writes next to it (its errors file, manifest, timeline)
+    cannot be written, found before anything is sent (:func:`sglfleet.outpath.output_problem`, the
+    check mix and merge make too): the first of them that is the input, is not a regular file (a
+    directory, device, FIFO, socket, or a symlink to one), is read-only, or cannot be created; one of
+    the files next to it that is the output (or another of them) under another name, or another job's
+    output (it has a manifest of its own); or an output that is another job's errors file, manifest or
+    timeline (that job empties or replaces it on each run)."""
+    hint = "give a file path for --output"
+    problem = output_problem(output, "output", {"input": input_path}, hint=hint) or _companion_of_a_job(
+        output
+    )
+    if problem is not None:
+        return [problem]
+    written = {"input": input_path, "output": output}
+    for path, what, name in (
+        (errors_path(output), "the output's errors file", "errors file"),
+        (manifest.manifest_path(output), "the output's manifest", "manifest"),
+        (timeline.timeline_path(output), "the output's timeline", "timeline"),
     ):
-        problem = output_problem(path, what, {"input": input_path}, hint="give a file path for --output")
+        problem = output_problem(path, what, written, hint=hint)
+        if problem is None and path.is_file() and manifest.manifest_path(path).exists():
+            problem = (
+                f"{what} {path} is another job's output (it has {manifest.manifest_path(path)}): this job "
+                "would empty it; choose another --output"
+            )
         if problem is not None:
             return [problem]
+        written[name] = path
     return []
+
+
+_COMPANIONS = {".errors.jsonl": "errors file", ".manifest.json": "manifest", ".timeline.jsonl": "timeline"}
+
+
+def _companion_of_a_job(output: Path) -> str | None:
+    """Why ``output`` is a file another job writes next to its own output (that job's errors file,
+    manifest or timeline, which it empties or replaces on each run); None when it is not."""
+    for suffix, what in _COMPANIONS.items():
+        if output.name.endswith(suffix) and len(output.name) > len(suffix):
+            job = output.with_name(output.name[: -len(suffix)])
+            # X.manifest.json as an output is only X's manifest when there is an X it describes
+            if manifest.manifest_path(job).exists() and (suffix != ".manifest.json" or job.is_file()):
+                return (
+                    f"output {output} is the {what} of the job {job} (it has {manifest.manifest_path(job)}), "
+                    "which empties or replaces it on each run: choose another --output"
+                )
+    return None
 
 
 class _Interrupt:
