@@ -10,7 +10,8 @@ from typing import Any
 
 from sglfleet.argtypes import positive_float
 from sglfleet.cli._common import API_KEY_ENV, add_api_key_args, api_key_from_args
-from sglfleet.gen import ExitCode, job_config, job_settings, reporter_for, run
+from sglfleet.exitcodes import ExitCode
+from sglfleet.gen import job_settings  # the settings model only: the engine is imported by _main
 
 EPILOG = f"""\
 exit codes (the scheme of mix, merge and generate: docs/exit-codes.md); the last line of a run that
@@ -84,6 +85,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from sglfleet.gen import job_config, reporter_for, run
+
     try:
         endpoints = _endpoints(args)
     except OSError as exc:

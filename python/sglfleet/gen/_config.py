@@ -1,5 +1,7 @@
 """The generation job's settings, each defined once: :class:`GenerateConfig`.
 
+This module imports nothing heavy: ``sglfleet generate --help`` builds its arguments from it.
+
 Every setting a user gives a job is declared here, once, with its name, type, default, help,
 choices and argument type (:class:`Setting`); the rest is read off that declaration:
 
@@ -11,7 +13,8 @@ choices and argument type (:class:`Setting`); the rest is read off that declarat
   (:func:`module_argument_spec`, which a test holds its argument_spec and DOCUMENTATION to), and its
   parameters become a config with :func:`from_options`.
 
-The sampling settings (model, max_tokens, ...) are the fields of :class:`GenParams`; ``top_k`` and
+The sampling settings (model, max_tokens, ...) are the fields of :class:`GenParams` (declared here;
+what the engine sets in every request body); ``top_k`` and
 ``chat_template_kwargs`` are spelled on their own but travel in its ``extra`` (:func:`sampling_extra`).
 The engine's own tunables (fsync interval, probe interval, ...) are plain fields without a setting:
 no user sets them.
@@ -24,13 +27,13 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sglfleet.argtypes import finite_float, json_object, non_negative_float, port, positive_float
 from sglfleet.gen._affinity import POLICIES
-from sglfleet.gen._formats import GenParams
 
 __all__ = [
+    "GenParams",
     "GenerateConfig",
     "Setting",
     "from_args",
@@ -41,6 +44,48 @@ __all__ = [
     "settings",
     "to_argv",
 ]
+
+Turns = Literal["last", "all"]
+SAMPLING_KEYS = ("model", "max_tokens", "temperature", "top_p")
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Generation parameters set in every request body: a value given here wins over the body's own
+    (``sglfleet mix`` writes ``max_tokens`` into every body; ``--max-tokens 64`` means 64).
+
+    ``extra``: more body fields (``top_k``, ``chat_template_kwargs``, ...), set in the same way.
+    ``turns`` applies to conversation input: regenerate the last assistant turn or every one.
+    ``keep_reasoning``: keep each answer's ``reasoning_content`` in its assistant turn of the
+    conversation written with the result (chat requests of either input format), as SpecForge's
+    ``regenerate_train_data.py --reasoning save`` does.
+    """
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    turns: Turns = "last"
+    keep_reasoning: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields set in request bodies."""
+        fields = {k: getattr(self, k) for k in SAMPLING_KEYS if getattr(self, k) is not None}
+        return {**self.extra, **fields}
+
+    def record(self) -> dict[str, Any]:
+        """What the manifest records (a resume with other values is refused); the options that are
+        off are left out, so manifests written before they existed still match."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in SAMPLING_KEYS}
+        if self.extra:
+            out["extra"] = self.extra
+        if self.turns != "last":
+            out["turns"] = self.turns
+        if self.keep_reasoning:
+            out["keep_reasoning"] = True
+        return out
+
 
 _MISSING = dataclasses.MISSING
 _DISPATCH = tuple(sorted(POLICIES, key=lambda policy: policy != "prefix"))  # the default first
