@@ -22,6 +22,7 @@ EXCEPTIONS = {
     "tests/unit/gen/test_generate_prefix.py": {"sglfleet.gen._affinity", "sglfleet.gen._dispatch"},
     "tests/unit/gen/test_generate_small_fixes.py": {"sglfleet.gen._dispatch"},  # the stall check's clock
     "tests/unit/gen/test_generation_job.py": {"sglfleet.gen._unit"},  # the unit's observation and decision
+    "tests/unit/gen/test_pool_release.py": {"sglfleet.gen._dispatch"},  # what a release says, on the pool
     "tests/unit/fleet/test_instances.py": {  # the layout's steps, the observation and the plan
         "sglfleet.fleet._backend",
         "sglfleet.fleet._instances",
