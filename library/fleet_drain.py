@@ -52,7 +52,7 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Plan the scale-down to instance 0
-  fleet_drain:
+  sglfleet.ops.fleet_drain:
     keep: [0]
   register: drain
 """

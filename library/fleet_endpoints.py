@@ -40,10 +40,15 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
-# ledgers: the results of fleet_ledger (state: read) looped over the fleet hosts with delegate_to,
-# as `ledgers.results | items2dict(key_name='item', value_name='ledger')`
+- name: Read the ledger of every fleet host
+  sglfleet.ops.fleet_ledger:
+    state: read
+  loop: "{{ groups['fleet'] }}"
+  delegate_to: "{{ item }}"
+  register: ledgers
+
 - name: Find the endpoints
-  fleet_endpoints:
+  sglfleet.ops.fleet_endpoints:
     ledgers: "{{ ledgers.results | items2dict(key_name='item', value_name='ledger') }}"
     addresses: {ct200: 10.0.0.5}
   register: fleet

@@ -71,7 +71,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Record the fleet phase as done, with its evidence
-  fleet_ledger:
+  sglfleet.ops.fleet_ledger:
     phase: fleet
     status: done
     evidence:
@@ -79,19 +79,19 @@ EXAMPLES = r"""
       ports: [30000, 30001, 30002, 30003, 30004, 30005, 30006, 30007]
 
 - name: Record a failure (then fail the play yourself)
-  fleet_ledger:
+  sglfleet.ops.fleet_ledger:
     phase: training_stop
     status: failed
     evidence:
       reason: "pid 4242 still holds GPU 3 after SIGKILL"
 
 - name: Read the checklist
-  fleet_ledger:
+  sglfleet.ops.fleet_ledger:
     state: read
   register: ledger
 
 - name: Forget a phase so that it reads as pending
-  fleet_ledger:
+  sglfleet.ops.fleet_ledger:
     phase: generate
     state: absent
 """

@@ -29,7 +29,10 @@ description:
     was validated (I(force) goes on); 7 no space left on the output's disk; 1 other fatal error; 130
     interrupted. All but 0, 2 and 3 leave the job resumable: the next start resumes."
   - I(state=stopped) stops a running job gracefully (SIGTERM; in-flight requests get I(grace) seconds).
-  - The counts, tokens and throughput returned come from the job's C(OUT.manifest.json).
+  - "The counts, tokens and throughput returned come from the job's C(OUT.manifest.json); the results
+    file on disk is checked against it (the manifest records its size and a fingerprint): a complete
+    job whose output was deleted, emptied or cut short reads C(results_missing) (results missing or
+    short, rerun resumes) and is started again (it resumes)."
   - Needs systemd and the C(sglfleet) Python package on the target.
 version_added: "0.1.0"
 author:
@@ -210,23 +213,36 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Read the ledger of every fleet host
+  sglfleet.ops.fleet_ledger:
+    state: read
+  loop: "{{ groups['fleet'] }}"
+  delegate_to: "{{ item }}"
+  register: ledgers
+
+- name: Find the endpoints phase fleet recorded
+  sglfleet.ops.fleet_endpoints:
+    ledgers: "{{ ledgers.results | items2dict(key_name='item', value_name='ledger') }}"
+  register: fleet
+
 - name: Run the regeneration job on the whole fleet and wait for it
-  generation_job:
+  sglfleet.ops.generation_job:
     name: regen-2026-12
     input: /var/lib/sglfleet/prompts.jsonl
     output: /var/lib/sglfleet/regen.jsonl
-    endpoints: "{{ groups['fleet'] | map('extract', hostvars, 'sglfleet_endpoints') | flatten }}"
+    endpoints: "{{ fleet.endpoints }}"
     concurrency: 64
     model: Qwen/Qwen3-32B
     max_tokens: 2048
     temperature: 0.7
-    api_key: "{{ sglang_api_key }}"
+    api_key: "{{ sglang_fleet_api_key }}"
     wait: true
     wait_timeout: 86400
     max_failures: 10
+  no_log: true
 
 - name: Start it without blocking; Ansible polls the async task and prints each poll
-  generation_job:
+  sglfleet.ops.generation_job:
     name: regen-2026-12
     input: /var/lib/sglfleet/prompts.jsonl
     output: /var/lib/sglfleet/regen.jsonl
@@ -237,7 +253,7 @@ EXAMPLES = r"""
   poll: 60
 
 - name: Stop it gracefully (a later run resumes)
-  generation_job:
+  sglfleet.ops.generation_job:
     name: regen-2026-12
     input: /var/lib/sglfleet/prompts.jsonl
     output: /var/lib/sglfleet/regen.jsonl
@@ -251,7 +267,8 @@ unit:
   type: str
   sample: sglfleet-gen-regen-2026-12.service
 status:
-  description: "The job: running, complete, complete_with_failures, interrupted, failed or absent."
+  description: "The job: running, complete, complete_with_failures, interrupted, failed, results_missing
+    (complete, but its output is not what the manifest summarised) or absent."
   returned: always
   type: str
 state:

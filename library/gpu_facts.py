@@ -53,15 +53,15 @@ notes:
 
 EXAMPLES = r"""
 - name: Find the GPUs and what runs on them
-  gpu_facts:
+  sglfleet.ops.gpu_facts:
   register: gpus
 
 - name: Fail unless this host has GPUs
-  gpu_facts:
+  sglfleet.ops.gpu_facts:
     required: true
 
 - name: Use another nvidia-smi
-  gpu_facts:
+  sglfleet.ops.gpu_facts:
     nvidia_smi: /usr/lib/nvidia/bin/nvidia-smi
     timeout: 10
 """

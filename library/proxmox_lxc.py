@@ -164,12 +164,13 @@ attributes:
 """
 
 EXAMPLES = r"""
+# proxmox_lxc_api_password: the inventory's vaulted root@pam password (inventory/example, group_vars/fleet/)
 - name: CT 200 with 8 GPUs, started
-  proxmox_lxc:
+  sglfleet.ops.proxmox_lxc:
     api_host: kpro6.example.net
     api_user: root@pam
-    api_password: "{{ vault_pve_root_password }}"
-    ca_cert: files/pve-root-ca.pem
+    api_password: "{{ proxmox_lxc_api_password }}"
+    ca_cert: /etc/sglfleet/pve-root-ca.pem
     node: kpro6
     vmid: 200
     hostname: sgl

@@ -70,14 +70,14 @@ notes:
 
 EXAMPLES = r"""
 - name: Decide from the GPUs
-  sglang_backend:
+  sglfleet.ops.sglang_backend:
     venv: /opt/sglang/venv
     torch_index_url: https://download.pytorch.org/whl/cu130
     toolchain_version: "13.2.2"
   register: backend
 
 - name: Decide for H100s, whatever this host shows, and read the fleet's EnvironmentFile
-  sglang_backend:
+  sglfleet.ops.sglang_backend:
     compute_capability: "9.0"
     toolchain_version: "13.2.2"
     env_file: /etc/sglang/common.env

@@ -81,21 +81,21 @@ notes:
 
 EXAMPLES = r"""
 - name: Wait up to 10 minutes until all 8 instances answer /health_generate
-  sglang_health:
+  sglfleet.ops.sglang_health:
     count: 8
     port_base: 30000
     wait: 600
     require_healthy: true
 
 - name: Gate one instance during a rolling restart
-  sglang_health:
+  sglfleet.ops.sglang_health:
     urls: ["http://127.0.0.1:30003"]
     expected_model: Qwen/Qwen3-32B
     wait: 300
     require_healthy: true
 
 - name: Probe once with the API key (health table for status)
-  sglang_health:
+  sglfleet.ops.sglang_health:
     count: 8
     api_key: "{{ sglang_fleet_api_key }}"
   register: fleet_health

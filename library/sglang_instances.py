@@ -160,7 +160,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Plan the instances (read only)
-  sglang_instances:
+  sglfleet.ops.sglang_instances:
     instances: 4
     model_path: /srv/models/Qwen3-32B
     served_model_name: qwen3-32b
@@ -168,12 +168,12 @@ EXAMPLES = r"""
   register: fleet_plan
 
 - name: Two instances with two GPUs each (--tp-size 2), the second with another model
-  sglang_instances:
+  sglfleet.ops.sglang_instances:
     state: present
     gpu_ids: [[0, 1], [2, 3]]
     instance_models: [null, {model_path: /srv/models/drafter, served_model_name: drafter}]
     model_path: /srv/models/Qwen3-32B
-    api_key: "{{ vault_sglang_api_key }}"
+    api_key: "{{ sglang_fleet_api_key }}"
 """
 
 RETURN = r"""

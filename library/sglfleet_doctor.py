@@ -53,9 +53,16 @@ options:
         description: GPUs the host should have (C(pve_host_gpu_count), C(proxmox_lxc_gpu_count)).
         type: int
       min_branch:
-        description: The oldest driver branch that serves CUDA 13.
+        description: The oldest driver branch that serves CUDA 13, sglfleet.doctor MIN_BRANCH.
         type: int
         default: 580
+      full_driver:
+        description:
+          - The driver CUDA 13.2 lists (release notes, Table 3; sglfleet.doctor FULL_DRIVER). From
+            I(min_branch) up to it the row is a WARN, CUDA 13.x minor-version compatibility (SASS runs, 13.2
+            PTX does not JIT).
+        type: str
+        default: "595.58.03"
       disks:
         description: "Free space needed: C({path, need_gib, what}) each (the toolchain, the model, ...)."
         type: list
@@ -144,8 +151,17 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+# The probe is the collection's playbooks/files/sglfleet_doctor_probe.py (copy it next to your playbook);
+# sglfleet.ops.doctor runs it on every host and calls this module once with all of them.
+- name: Probe the host (reads /proc, /dev and the given paths; changes nothing)
+  ansible.builtin.script:
+    cmd: sglfleet_doctor_probe.py --port=30000 --port=30001
+    executable: python3
+  register: probe_result
+  changed_when: false
+
 - name: Judge what every host showed
-  sglfleet_doctor:
+  sglfleet.ops.sglfleet_doctor:
     hosts:
       - host: ct200
         role: ct
@@ -158,6 +174,7 @@ EXAMPLES = r"""
           dir: /srv/models/m
           hf_repo: org/m
           hf_revision: 0123456789abcdef0123456789abcdef01234567
+  delegate_to: localhost
   register: doctor
 """
 
@@ -195,6 +212,7 @@ HOST_OPTIONS = {
     "gpus_expected": {"type": "bool", "default": True},
     "gpu_count": {"type": "int"},
     "min_branch": {"type": "int", "default": 580},
+    "full_driver": {"type": "str", "default": "595.58.03"},
     "disks": {"type": "list", "elements": "dict", "default": []},
     "ports": {"type": "list", "elements": "int", "default": []},
     "model": {"type": "dict"},
@@ -226,6 +244,7 @@ def _expect(entry):
         gpus_expected=entry["gpus_expected"],
         gpu_count=entry["gpu_count"],
         min_branch=entry["min_branch"],
+        full_driver=entry["full_driver"],
         disks=[
             DiskNeed(str(d["path"]), float(d["need_gib"]), str(d.get("what") or d["path"]))
             for d in entry["disks"]

@@ -49,16 +49,23 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Find the merged set's sha256 on the controller
+  ansible.builtin.stat:
+    path: out/merged.jsonl
+    checksum_algorithm: sha256
+  delegate_to: localhost
+  register: merged
+
 - name: Is the merged set in place?
-  training_dataset:
+  sglfleet.ops.training_dataset:
     path: /data/train/drafter.jsonl
-    sha256: "{{ merged_sha256 }}"
+    sha256: "{{ merged.stat.checksum }}"
   register: dataset
 
 - name: Move the staged copy in
-  training_dataset:
+  sglfleet.ops.training_dataset:
     path: /data/train/drafter.jsonl
-    sha256: "{{ merged_sha256 }}"
+    sha256: "{{ merged.stat.checksum }}"
     staged: /data/train/drafter.jsonl.sglfleet-incoming
     state: present
 """

@@ -44,8 +44,20 @@ options:
         whose name sorts later sets them again).
     type: str
   stop_timeout:
-    description: The seconds I(stop_signal) is checked with.
+    description: The seconds I(stop_signal) is checked with (and I(checkpoint_seconds) against).
     type: int
+  checkpoint_seconds:
+    description:
+      - How long the job takes to write its checkpoint after the stop signal; 0 checks nothing.
+      - A warning says when it is longer than I(launcher) lets its ranks run after it forwards the signal
+        (torchrun 2.11.0 SIGKILLs them 30 s later) or longer than I(stop_timeout).
+    type: float
+    default: 0
+  launcher:
+    description: What forwards the signal to the job's ranks (C(torchrun)) or C(none).
+    type: str
+    choices: [torchrun, none]
+    default: torchrun
 extends_documentation_fragment:
   - attributes
   - attributes.read_only
@@ -53,13 +65,13 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Find the training job
-  training_jobs:
+  sglfleet.ops.training_jobs:
     units: [train.service]
     patterns: ['torchrun .*train\.py']
   register: job
 
 - name: Wait until the job that was stopped is gone
-  training_jobs:
+  sglfleet.ops.training_jobs:
     units: "{{ job.running_units | map(attribute='Id') | list }}"
     pids: "{{ job.processes | map(attribute='pid') | list }}"
   register: left
@@ -69,6 +81,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+checkpoint_warnings:
+  description: Why the job's checkpoint (I(checkpoint_seconds)) would be cut off; each is also a warning.
+  returned: always
+  type: list
+  elements: str
 running_units:
   description: The named units that are active, activating, deactivating or reloading.
   returned: always
@@ -116,7 +133,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import PatternError, discover, still_alive, stop_settings_problems
+    from sglfleet.fleet import (
+        PatternError,
+        checkpoint_time_warnings,
+        discover,
+        still_alive,
+        stop_settings_problems,
+    )
 
 
 def main():
@@ -127,8 +150,10 @@ def main():
             "pids": {"type": "list", "elements": "int", "default": []},
             "stop_signal": {"type": "str"},
             "stop_timeout": {"type": "int"},
+            "checkpoint_seconds": {"type": "float", "default": 0},
+            "launcher": {"type": "str", "choices": ["torchrun", "none"], "default": "torchrun"},
         },
-        required_together=[("stop_signal", "stop_timeout")],
+        required_by={"stop_signal": "stop_timeout"},
         supports_check_mode=True,
     )
     SGLFLEET.require(module)
@@ -137,6 +162,11 @@ def main():
     except PatternError as exc:
         module.fail_json(msg=str(exc))
     alive = still_alive(module.params["units"], module.params["pids"])
+    checkpoint_warnings = checkpoint_time_warnings(
+        module.params["checkpoint_seconds"], module.params["launcher"], module.params["stop_timeout"]
+    )
+    for warning in checkpoint_warnings:
+        module.warn(warning)
     if module.params["stop_signal"] is not None:
         running = [u.Id for u in alive.units]
         try:
@@ -153,7 +183,9 @@ def main():
                 "remove those settings from it while the job is stopped",
                 problems=problems,
             )
-    module.exit_json(changed=False, alive=alive.as_dict(), **job.as_dict())
+    module.exit_json(
+        changed=False, alive=alive.as_dict(), checkpoint_warnings=checkpoint_warnings, **job.as_dict()
+    )
 
 
 if __name__ == "__main__":

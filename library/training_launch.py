@@ -58,11 +58,15 @@ options:
   dropin_name:
     description: The drop-in's file name under C(/etc/systemd/system/<unit>.d/).
     type: str
-    default: 50-sglfleet-training-resume.conf
+    default: zz-sglfleet-training-resume.conf
   state:
-    description: C(planned) plans the start; C(look) looks at the running job.
+    description:
+      - C(planned) plans the start; C(look) looks at the running job.
+      - C(effective) (after a daemon-reload) checks with C(systemctl show) that each unit's C(Environment=) in
+        effect has the values planned, and fails naming the unit, the values in effect and its drop-ins when a
+        drop-in whose file name sorts after I(dropin_name) sets them again (systemd.unit(5)).
     type: str
-    choices: [planned, look]
+    choices: [planned, look, effective]
     default: planned
   pattern:
     description: With I(state=look), a regular expression whose first group is the row count the job logged.
@@ -79,7 +83,7 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Plan the restart of the unit training_stop stopped
-  training_launch:
+  sglfleet.ops.training_launch:
     units: [train.service]
     environment: {TRAIN_DATA: "{dataset}", RESUME_FROM: "{checkpoint}"}
     dataset: /data/train/drafter.jsonl
@@ -160,7 +164,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
 with SGLFLEET:
-    from sglfleet.fleet import GpuQueryError, ResumeError, launch_plan, look_training, query_gpus
+    from sglfleet.fleet import (
+        GpuQueryError,
+        ResumeError,
+        environment_problems,
+        launch_plan,
+        look_training,
+        query_gpus,
+    )
 
 
 def main():
@@ -172,8 +183,8 @@ def main():
             "dataset": {"type": "str", "required": True},
             "checkpoint": {"type": "str", "default": ""},
             "transient_unit": {"type": "str", "default": "sglfleet-training.service"},
-            "dropin_name": {"type": "str", "default": "50-sglfleet-training-resume.conf"},
-            "state": {"type": "str", "choices": ["planned", "look"], "default": "planned"},
+            "dropin_name": {"type": "str", "default": "zz-sglfleet-training-resume.conf"},
+            "state": {"type": "str", "choices": ["planned", "look", "effective"], "default": "planned"},
             "pattern": {"type": "str", "default": ""},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
         },
@@ -192,6 +203,17 @@ def main():
             dropin_name=p["dropin_name"],
         )
         out = plan.as_dict()
+        if p["state"] == "effective" and plan.mode == "unit":
+            problems = environment_problems(list(plan.units), plan.environment)
+            if problems:
+                module.fail_json(
+                    msg="systemd would not start the training units with the environment planned: "
+                    + "; ".join(problems)
+                    + f". A drop-in whose file name sorts after {p['dropin_name']} sets these again "
+                    "(systemd.unit(5)): remove them from it",
+                    problems=problems,
+                    **out,
+                )
         if p["state"] == "look":
             names = list(plan.units) if plan.mode == "unit" else [plan.transient_unit]
             seen = look_training(names, pattern=p["pattern"], gpu_facts=query_gpus(p["nvidia_smi"]))

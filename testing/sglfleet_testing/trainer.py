@@ -10,6 +10,15 @@ variable ``SGLFLEET_TRAIN_RESUME_FROM``, which the role's drop-in sets) names th
 from (its step), and ``--dataset`` (or ``SGLFLEET_TRAIN_DATASET``) the training set, whose rows it counts
 and logs: ``loaded 1234 rows from /path (sha256 ...)``, the line the role's verify step looks for.
 
+With ``--torchrun`` it runs as torchrun does (torch 2.11.0): a parent (the launcher) and one rank, its
+child in a session of its own. The parent turns SIGTERM, SIGINT, SIGHUP and SIGQUIT into a stop
+(torch/distributed/elastic/multiprocessing/api.py:76,546), sends that signal to the rank's process group
+(agent/server/api.py:738-740 -> local_elastic_agent.py:408,416 -> multiprocessing/api.py:1007-1016 and
+subprocess_handler.py:85 `os.killpg`), waits ``--launcher-kill-after`` seconds (30, `close`'s default
+timeout, multiprocessing/api.py:649), SIGKILLs the rank if it is still there (:1026-1035), and exits 1
+(the SignalException is re-raised, launcher/api.py:325-331). A rank whose checkpoint takes longer than
+that is killed half-way, as under torchrun.
+
 The module uses the standard library only, so it runs with any ``python3`` on a target without
 the package installed: copy the file and run ``python3 trainer.py --checkpoint /path``.
 ``render_unit`` gives a systemd unit that runs it, for tests that stop a job by unit name.
@@ -20,10 +29,12 @@ the package installed: copy the file and run ``python3 trainer.py --checkpoint /
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -125,6 +136,50 @@ def log(message: str) -> None:
     print(f"trainer[{os.getpid()}]: {message}", flush=True)
 
 
+#: The signals torchrun's agent turns into a stop (TORCHELASTIC_SIGNALS_TO_HANDLE's default,
+#: multiprocessing/api.py:538-546).
+LAUNCHER_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: torchrun's wait between forwarding the signal and SIGKILL (multiprocessing/api.py:649 `timeout: int = 30`).
+TORCHRUN_KILL_AFTER_S = 30.0
+
+
+def run_launcher(rank_argv: Sequence[str], kill_after: float, poll: float = 0.05) -> int:
+    """Be torchrun for one rank: start it in its own session, forward a stop signal to its process group,
+    SIGKILL it `kill_after` seconds later if it is still there; exit 1 after a signal, else its status."""
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    for signum in LAUNCHER_SIGNALS:
+        signal.signal(signum, on_signal)
+    rank = subprocess.Popen(
+        [sys.executable, "-u", os.path.abspath(__file__), *rank_argv], start_new_session=True
+    )
+    launcher = f"launcher[{os.getpid()}]"
+    print(f"{launcher}: started rank 0 (pid {rank.pid})", flush=True)
+    while not received:
+        try:
+            code = rank.wait(timeout=poll)
+        except subprocess.TimeoutExpired:
+            continue
+        print(f"{launcher}: rank 0 exited with {code}", flush=True)
+        return 0 if code == 0 else 1
+    name = signal.Signals(received[0]).name
+    print(f"{launcher}: received {name}: sending {name} to rank 0, SIGKILL in {kill_after:g} s", flush=True)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(rank.pid, received[0])
+    try:
+        code = rank.wait(timeout=kill_after)
+        print(f"{launcher}: rank 0 exited with {code}", flush=True)
+    except subprocess.TimeoutExpired:
+        print(f"{launcher}: rank 0 still running after {kill_after:g} s: SIGKILL", flush=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(rank.pid, signal.SIGKILL)
+        rank.wait()
+    return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sglfleet_testing.trainer",
@@ -153,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="checkpoint to continue from (default $SGLFLEET_TRAIN_RESUME_FROM)",
     )
     parser.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="run as torchrun does: a launcher parent and one rank; the parent forwards the stop signal and "
+        "SIGKILLs the rank --launcher-kill-after seconds later",
+    )
+    parser.add_argument(
+        "--launcher-kill-after",
+        type=float,
+        default=TORCHRUN_KILL_AFTER_S,
+        help=f"with --torchrun: seconds from forwarding the signal to SIGKILL ({TORCHRUN_KILL_AFTER_S:g})",
+    )
+    parser.add_argument(
         "--ignore-sigterm",
         action="store_true",
         help="log the stop signal and keep training: only SIGKILL stops it, and no checkpoint is written",
@@ -161,7 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.torchrun:
+        if args.launcher_kill_after < 0:
+            print("--launcher-kill-after: must be 0 or more seconds", file=sys.stderr)
+            return 2
+        rank_argv = [a for a in argv if a != "--torchrun"]
+        return run_launcher(rank_argv, args.launcher_kill_after)
     try:
         stop = signal.Signals[args.checkpoint_signal.upper()]
     except KeyError:

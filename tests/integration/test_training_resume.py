@@ -24,7 +24,10 @@ from support.ansible_lab import MODULE_PYTHON, Ansible, Container, PlaybookRun, 
 pytestmark = pytest.mark.timeout(1200)
 
 UNIT = "sglfleet-trainer.service"
-DROP_IN = f"/etc/systemd/system/{UNIT}.d/50-sglfleet-training-resume.conf"
+DROP_IN = f"/etc/systemd/system/{UNIT}.d/zz-sglfleet-training-resume.conf"
+# What `systemctl edit` writes, and the drop-in older versions of the role wrote (it must go).
+OVERRIDE = f"/etc/systemd/system/{UNIT}.d/override.conf"
+OLD_DROP_IN = f"/etc/systemd/system/{UNIT}.d/50-sglfleet-training-resume.conf"
 # inventory/lab/group_vars/fleet/training_resume.yml and testing/playbooks/lab_trainer.yml
 DATASET = "/var/lib/sglfleet-lab/trainer/train.jsonl"
 CHECKPOINT = "/var/lib/sglfleet-lab/trainer/checkpoint.json"
@@ -99,6 +102,11 @@ def resumed(cycle: dict, fleet_ct: Container, ansible: Ansible) -> PlaybookRun:
     assert fleet_ct.out(f"systemctl is-active {units}").split() == ["active"] * INSTANCES
     assert fleet_ct.out(f"cat {DATASET}") == OLD_SET.strip()
     assert fleet_ct.run(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
+    # A user's override.conf sets a name the role sets too: drop-ins apply in file-name order
+    # (systemd.unit(5)), so ours (zz-) wins; the 50- drop-in an older role wrote is removed.
+    fleet_ct.put(OVERRIDE, "[Service]\nEnvironment=SGLFLEET_TRAIN_DATASET=/not/this/one\n")
+    fleet_ct.put(OLD_DROP_IN, "[Service]\nEnvironment=SGLFLEET_TRAIN_RESUME_FROM=/not/this/one\n")
+    fleet_ct.run("systemctl daemon-reload")
     run = ansible.playbook("training_resume.yml", *cycle["extra"])
     assert run.rc == 0, run.explain()
     return run
@@ -129,6 +137,12 @@ def test_the_trainer_runs_again_on_the_merged_set_from_its_checkpoint(
     assert ct.out(f"systemctl is-active {UNIT}") == "active"
     dropin = ct.out(f"cat {DROP_IN}")
     assert f'Environment="SGLFLEET_TRAIN_DATASET={DATASET}"' in dropin
+    assert ct.run(f"test -e {OLD_DROP_IN}", check=False).returncode != 0
+    in_effect = ct.out(f"systemctl show --property=Environment --value {UNIT}").split()
+    assert (
+        f"SGLFLEET_TRAIN_DATASET={DATASET}" in in_effect
+        and f"SGLFLEET_TRAIN_RESUME_FROM={CHECKPOINT}" in in_effect
+    )
     assert f'Environment="SGLFLEET_TRAIN_RESUME_FROM={CHECKPOINT}"' in dropin
     report = json.loads((cycle["work"] / "merge-report.json").read_text())
     pid = ct.unit_props(UNIT, ["MainPID"])["MainPID"]

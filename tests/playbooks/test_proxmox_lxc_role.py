@@ -167,3 +167,31 @@ def test_bind_mounts_with_a_token_stop_in_preflight(fakepve, playbook):
     assert rc != 0
     assert "mount point type bind is only allowed for root@pam" in out
     assert fakepve.requests == []
+
+
+def failure_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(("failed:", "fatal:"))]
+
+
+def test_a_missing_node_is_named_alone(fakepve, playbook):
+    """The preflight names only the variable that is wrong, not every requirement of the role."""
+    rc, out = playbook(proxmox_lxc_node="")
+    assert rc != 0
+    (failed,) = failure_lines(out)
+    assert "(item=proxmox_lxc_node)" in failed, out
+    (error,) = [line for line in out.splitlines() if line.startswith("[ERROR]")]
+    assert "ct200: proxmox_lxc_node is empty; set it to the PVE node" in error, out
+    assert "proxmox_lxc_vmid" not in error and "proxmox_lxc_ostemplate" not in error, error
+    assert fakepve.requests == []
+
+
+def test_a_vmid_that_is_no_number_gets_one_short_line(fakepve, playbook):
+    """proxmox_lxc_vmid=ct200 stops in preflight, in one line that names it, not the argument spec's dump."""
+    rc, out = playbook("-e", "proxmox_lxc_vmid=ct200")
+    assert rc != 0
+    (failed,) = failure_lines(out)
+    assert "(item=proxmox_lxc_vmid)" in failed, out
+    (error,) = [line for line in out.splitlines() if line.startswith("[ERROR]")]
+    assert "ct200: proxmox_lxc_vmid is 'ct200'; set it to the container's numeric id" in error, out
+    assert "argument_spec_data" not in out and len(out.splitlines()) < 60, out
+    assert fakepve.requests == []

@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 # the subcommands import them from here too; they live in sglfleet.argtypes (the settings models use them)
 from sglfleet.argtypes import finite_float, non_negative_float, positive_float  # noqa: F401
-from sglfleet.fleet import HEALTH_TIMEOUT_S, Endpoint, endpoints_from_range, endpoints_from_urls
+from sglfleet.fleet import HEALTH_TIMEOUT_S
+
+if TYPE_CHECKING:  # imported where used: `--help` loads neither rich nor the HTTP client
+    from rich.console import Console
+
+    from sglfleet.fleet import Endpoint
 
 API_KEY_ENV = "SGLFLEET_API_KEY"
 # Off a terminal (a pipe, a log, Ansible's register) no column is cut: the table is as wide as its content.
@@ -24,6 +28,8 @@ UNBOUNDED_WIDTH = 100_000
 def table_console(width: int | None = None) -> Console:
     """The console tables print to: `width` columns when given; else the terminal's width on a terminal,
     and no limit off one (rich would assume 80 columns and cut cells to `350…`)."""
+    from rich.console import Console
+
     if width:
         return Console(width=width)
     console = Console()
@@ -69,8 +75,17 @@ def _checked(key: str, where: str) -> str:
 
 def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) -> None:
     """The flags that say which instances to probe (`sglfleet health`, `sglfleet status`)."""
-    group = parser.add_argument_group("instances (--url ..., or --host/--port-base/--count)")
-    group.add_argument("--url", action="append", default=[], help="base URL of an instance (repeatable)")
+    group = parser.add_argument_group("instances (-e URL ..., or --host/--port-base/--count)")
+    group.add_argument(
+        "-e",
+        "--endpoint",
+        "--url",
+        dest="url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="base URL of an instance, e.g. http://10.0.0.5:30000; repeat (--url: the old name)",
+    )
     group.add_argument(
         "--host", default="127.0.0.1", help="host of instances 0..COUNT-1 (default: %(default)s)"
     )
@@ -86,13 +101,20 @@ def add_endpoint_args(parser: argparse.ArgumentParser, *, count_required: bool) 
     group.add_argument("--count", type=int, default=None, help=count_help)
     add_api_key_args(parser)
     parser.add_argument("--expected-model", help="fail instances that do not serve this model")
-    parser.add_argument("--timeout", type=positive_float, default=HEALTH_TIMEOUT_S, help="seconds per probe")
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=HEALTH_TIMEOUT_S,
+        help="seconds per probe (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def endpoints_from_args(args: argparse.Namespace, default_count: int | None = None) -> list[Endpoint]:
+    from sglfleet.fleet import endpoints_from_range, endpoints_from_urls
+
     if args.url and args.count is not None:
-        raise ValueError("give either --url or --count, not both")
+        raise ValueError("give either -e/--endpoint or --count, not both")
     if args.url:
         return endpoints_from_urls(args.url)
     count = args.count if args.count is not None else default_count

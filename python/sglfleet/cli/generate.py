@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sglfleet.argtypes import positive_float
+from sglfleet.cli import HELP
 from sglfleet.cli._common import API_KEY_ENV, add_api_key_args, api_key_from_args
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import job_settings  # the settings model only: the engine is imported by _main
@@ -27,7 +28,7 @@ Watch a running job from another shell: sglfleet job status OUT."""
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser(
         "generate",
-        help="run a resumable, exactly-once batch-generation job across the fleet",
+        help=HELP["generate"],
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

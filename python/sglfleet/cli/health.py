@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from sglfleet.cli import HELP
+
 # shared with `sglfleet status` and `sglfleet generate`; kept importable from here
 from sglfleet.cli._common import (
     API_KEY_ENV,
@@ -16,7 +18,7 @@ from sglfleet.cli._common import (
     positive_float,
     table_console,
 )
-from sglfleet.fleet import HEALTH_INTERVAL_S, FleetStatus, check_fleet, instance_table, join_gpu_memory
+from sglfleet.fleet import HEALTH_INTERVAL_S
 
 __all__ = ["API_KEY_ENV", "add_endpoint_args", "api_key_from_args", "endpoints_from_args", "register", "run"]
 
@@ -24,7 +26,7 @@ __all__ = ["API_KEY_ENV", "add_endpoint_args", "api_key_from_args", "endpoints_f
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "health",
-        help="probe every SGLang instance concurrently",
+        help=HELP["health"],
         description="Probe /health_generate, /model_info, /v1/models and /v1/loads of every instance at "
         "once. Exit status: 0 when all are healthy, 1 when not, 2 on bad arguments.",
     )
@@ -33,19 +35,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--wait",
         type=non_negative_float,
         default=0.0,
-        help="keep probing up to this many seconds until healthy",
+        help="keep probing up to this many seconds until healthy (default: %(default)s)",
     )
     parser.add_argument(
-        "--interval", type=positive_float, default=HEALTH_INTERVAL_S, help="seconds between probes"
+        "--interval",
+        type=positive_float,
+        default=HEALTH_INTERVAL_S,
+        help="seconds between probes (default: %(default)s)",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from sglfleet.fleet import FleetStatus, check_fleet, instance_table, join_gpu_memory
+
     try:
         endpoints = endpoints_from_args(args)
         if not endpoints:
-            raise ValueError("say which instances to probe: --url URL ... or --count N")
+            raise ValueError("say which instances to probe: -e URL ... or --count N")
         fleet = check_fleet(
             endpoints,
             api_key=api_key_from_args(args),

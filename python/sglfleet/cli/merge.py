@@ -6,22 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from sglfleet.cli import HELP
 from sglfleet.cli.mix import (
     add_cache_arguments,
     add_unchanged_arguments,
     cache_of,
+    chart_lines,
     needs_record,
     outcome,
     unchanged_outcome,
 )
-from sglfleet.data import (
-    DEFAULT_DROP_FINISH_REASONS,
-    DEFAULT_MIN_COMPLETION_TOKENS,
-    DataError,
-    input_record,
-    merge,
-    prompts_of,
-)
+from sglfleet.data import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS, DataError
 
 
 def _reasons(value: str) -> tuple[str, ...]:
@@ -31,7 +26,7 @@ def _reasons(value: str) -> tuple[str, ...]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "merge",
-        help="merge generation results into the training set (conversation JSONL + report)",
+        help=HELP["merge"],
         description="Copy the existing training set and append one conversation per kept result; "
         "results are joined to their prompts by custom_id.",
     )
@@ -43,8 +38,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the prompts the results answer (`sglfleet mix` output); default: the input named in "
         "RESULTS.manifest.json, which `sglfleet generate` writes",
     )
-    parser.add_argument("--output", type=Path, required=True, help="merged training set to write (JSONL)")
-    parser.add_argument("--report", type=Path, help="report to write (Markdown; JSON next to it)")
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="merged training set to write (JSONL)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        help="report to write (Markdown; JSON next to it, and the shares chart as .png with the plot extra)",
+    )
     parser.add_argument(
         "--min-completion-tokens",
         type=int,
@@ -66,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _record(args: argparse.Namespace) -> dict:
     """What the merge is built from: the three files (the prompts the manifest names, without
     --prompts; null when it names none) and the options."""
+    from sglfleet.data import input_record, prompts_of
+
     prompts = args.prompts
     if prompts is None:
         try:
@@ -81,6 +84,8 @@ def _record(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sglfleet.data import merge
+
     try:
         record = None
         if needs_record(args):
@@ -107,5 +112,8 @@ def run(args: argparse.Namespace) -> int:
         f"{rows['total']} rows written to {args.output} ({rows['existing']} existing + {rows['new']} new; "
         f"{sum(report.dropped.values())} results dropped)"
     )
-    lines = (f"report: {args.report} and {args.report.with_suffix('.json')}",) if args.report else ()
+    lines: tuple[str, ...] = ()
+    if args.report:
+        lines = (f"report: {args.report} and {args.report.with_suffix('.json')}",)
+        lines += chart_lines(args, report, "Category shares before and after the merge", "after")
     return outcome(args, True, message, lines)

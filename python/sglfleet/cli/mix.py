@@ -7,22 +7,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from sglfleet.cli import HELP
 from sglfleet.data import DataError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "mix",
-        help="build a deduplicated prompt mix from several sources (OpenAI Batch JSONL + report)",
+        help=HELP["mix"],
         description="Read the sources named in the config, filter and dedupe them, pick each source's "
         "quota (seeded) and write OpenAI Batch JSONL ready for `sglfleet generate`.",
     )
     parser.add_argument("--config", type=Path, required=True, help="mix config (YAML)")
-    parser.add_argument("--output", type=Path, required=True, help="prompts file to write (JSONL)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="prompts file to write (JSONL)")
     parser.add_argument(
-        "--report", type=Path, help="report to write (Markdown; the JSON goes next to it as .json)"
+        "--report",
+        type=Path,
+        help="report to write (Markdown; the JSON goes next to it as .json, the shares chart as .png "
+        "with the plot extra)",
     )
     parser.add_argument("--seed", type=int, help="override the config's seed")
     add_cache_arguments(parser)
@@ -71,6 +73,8 @@ def unchanged_outcome(args: argparse.Namespace, record: dict[str, Any]) -> int |
 def outcome(args: argparse.Namespace, changed: bool, message: str, lines: tuple[str, ...] = ()) -> int:
     """Print the outcome (as lines, or as one JSON object with --json); exit 0."""
     if args.json:
+        import orjson
+
         report = None if args.report is None else str(args.report.with_suffix(".json"))
         data = {"changed": changed, "output": str(args.output), "report": report, "message": message}
         print(orjson.dumps(data).decode())
@@ -90,6 +94,24 @@ def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: $SGLFLEET_CACHE_DIR, $XDG_CACHE_HOME/sglfleet or ~/.cache/sglfleet)",
     )
     group.add_argument("--no-cache", action="store_true", help="classify the existing set every time")
+
+
+def chart_lines(args: argparse.Namespace, report: Any, title: str, after_label: str) -> tuple[str, ...]:
+    """Draw the category shares before and after beside the Markdown report (REPORT.png); without the
+    plot extra, a line that says how to get it (the data is written either way)."""
+    if args.report is None:
+        return ()
+    try:
+        from sglfleet.plot import shares_chart
+    except ImportError as exc:
+        missing = (exc.name or "matplotlib").split(".")[0]
+        return (f"note: no chart: {missing} is missing; pip install 'sglfleet[plot]'",)
+    chart = args.report.with_suffix(".png")
+    try:
+        shares_chart(report.existing, report.new, chart, title=title, after_label=after_label)
+    except OSError as exc:
+        return (f"note: no chart: cannot write {chart}: {exc.strerror or exc}",)
+    return (f"chart: {chart}",)
 
 
 def cache_of(args: argparse.Namespace):  # -> CategoryCache (imported lazily with the data package)
@@ -136,4 +158,7 @@ def run(args: argparse.Namespace) -> int:
     lines = tuple(f"note: {note}" for note in report.notes)
     if args.report:
         lines += (f"report: {args.report} and {args.report.with_suffix('.json')}",)
+        lines += chart_lines(
+            args, report, "Category shares: the existing set, the new prompts, both", "merged"
+        )
     return outcome(args, True, f"{data['prompts']} prompts written to {args.output}", lines)

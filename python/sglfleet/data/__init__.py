@@ -22,16 +22,12 @@ if TYPE_CHECKING:
     from sglfleet.data._adapters import Format, RowError, to_messages, user_text
     from sglfleet.data._categories import CATEGORIES, classify
     from sglfleet.data._dedupe import LshPlan, NearDeduper, plan_lsh
+    from sglfleet.data._defaults import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS
     from sglfleet.data._errors import DataError
     from sglfleet.data._existing import CategoryCache, cache_dir
     from sglfleet.data._inputs import input_record
     from sglfleet.data._inputs import unchanged as inputs_unchanged
-    from sglfleet.data._merge import (
-        DEFAULT_DROP_FINISH_REASONS,
-        DEFAULT_MIN_COMPLETION_TOKENS,
-        merge,
-        prompts_of,
-    )
+    from sglfleet.data._merge import merge, prompts_of
     from sglfleet.data._mix import build_mix, custom_id
     from sglfleet.data._mixconfig import MixConfig, load_config, parse_config
     from sglfleet.data._report import MergeReport, MixReport

@@ -34,17 +34,26 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
+from pydantic import ValidationError
 
 from sglfleet.data._adapters import Format, RowError
 from sglfleet.data._categories import classify
+from sglfleet.data._defaults import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
 from sglfleet.data._outputs import check_outputs, locked, output_labels, written
 from sglfleet.data._report import MergeReport, report_bytes
 from sglfleet.launch import _die_with_parent as launch_die_with_parent
+from sglfleet.records import (
+    RecordError,
+    ResultsSummary,
+    check_messages,
+    message_text,
+    result_of,
+    results_problem,
+)
+from sglfleet.records import kind as _kind
 
-DEFAULT_MIN_COMPLETION_TOKENS = 17
-DEFAULT_DROP_FINISH_REASONS = ("length",)
 CHUNK_LINES = 8192  # existing rows per classification task
 PARALLEL_BYTES = 16 << 20  # smaller existing sets are classified in this process
 
@@ -54,12 +63,6 @@ def _json(line: bytes, where: str) -> Any:
         return orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise DataError(f"{where}: not valid JSON: {exc}") from None
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), "null" if value is None else f"a {type(value).__name__}"
-    )
 
 
 def manifest_of(results: Path) -> Path:
@@ -86,6 +89,24 @@ def _manifest_input(results: Path) -> tuple[Path, str | None] | None:
     if not path.is_absolute():
         path = manifest.parent / path
     return path, sha if isinstance(sha, str) else None
+
+
+def _results_mismatch(results: Path) -> str | None:
+    """Why `results` is not the file its generation manifest summarised (cut short, emptied,
+    replaced), in words; None when it is, or when there is no manifest to compare with."""
+    try:
+        data = orjson.loads(manifest_of(results).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None  # no manifest (or one _manifest_input already reported)
+    if not isinstance(data, dict):
+        return None
+    try:
+        summary = ResultsSummary.model_validate(data["results"]) if data.get("results") else None
+    except ValidationError as exc:
+        raise DataError(f"{manifest_of(results)}: results: {exc.errors()[0]['msg']}") from None
+    counts = data.get("counts")
+    done = counts.get("done") if isinstance(counts, dict) else 0
+    return results_problem(results, summary, done if isinstance(done, int) else 0)
 
 
 def prompts_of(results: Path) -> Path:
@@ -150,7 +171,7 @@ def _line_at(path: Path, offset: int) -> int:
         return fh.read(offset).count(b"\n") + 1
 
 
-def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, str]], str]:
+def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, Any]], str]:
     """The messages and category of the prompt line at `offset`."""
     fh.seek(offset)
     try:
@@ -172,15 +193,10 @@ def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, st
             raise bad("body", body, "an object with messages")
         field = "body.messages"
         messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad(field, messages, "a list of messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise bad(f"{field}[{i}]", message, "an object")
-        if not isinstance(message.get("role"), str):
-            raise bad(f"{field}[{i}].role", message.get("role"), "a string")
-        if not isinstance(message.get("content"), str):
-            raise bad(f"{field}[{i}].content", message.get("content"), "a string")
+    try:  # the prompt as generate validated it (sglfleet.records): content parts, tool calls kept
+        check_messages(messages, field)
+    except RecordError as exc:
+        raise DataError(f"{path}:{_line_at(path, offset)}: {exc}") from None
     metadata = row.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad("metadata", metadata, "an object")
@@ -188,45 +204,31 @@ def _prompt_at(fh: BinaryIO, offset: int, path: Path) -> tuple[list[dict[str, st
     if category is not None and not isinstance(category, str):
         raise bad("metadata.category", category, "a string")
     if not category:
-        category = classify("\n".join(m["content"] for m in messages if m["role"] == "user"))
+        category = classify("\n".join(message_text(m["content"]) for m in messages if m["role"] == "user"))
     return messages, category
 
 
 def _outcome(result: dict, drop_finish_reasons: Iterable[str], min_tokens: int) -> tuple[str | None, str]:
-    """(why the result is dropped or None, the answer text). A field of the wrong type raises
-    `ValueError("field: is X, expected Y")`; a missing or null one is a drop reason."""
-
-    def expect(field: str, value: Any, kind: type | tuple[type, ...], expected: str) -> Any:
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            raise ValueError(f"{field} is {_kind(value)}, expected {expected}")
-        return value
-
-    if result.get("error"):
+    """(why the result is dropped or None, the answer text). What a result is, is
+    `sglfleet.records.result_of`'s (a field of the wrong type raises `RecordError` naming it); a
+    line that is not a success is dropped as failed, as resume sends its id again."""
+    found = result_of(result)
+    if found is None:
         return "failed", ""
-    response = expect("response", result.get("response"), dict, "an object")
-    if response is None or response.get("status_code") != 200:
-        return "failed", ""
-    body = expect("response.body", response.get("body"), dict, "an object")
-    choices = expect("response.body.choices", (body or {}).get("choices"), list, "a list")
-    if not choices:
-        return "failed", ""
-    choice = expect("response.body.choices[0]", choices[0], dict, "an object") or {}
-    reason = choice.get("finish_reason")
+    reason = found.choice.get("finish_reason")
     if isinstance(reason, dict):  # SGLang's native shape {"type": "length", ...}
         reason = reason.get("type")
     if reason in drop_finish_reasons:
         return f"finish_reason_{reason}", ""
-    message = expect("response.body.choices[0].message", choice.get("message"), dict, "an object") or {}
-    content = expect("response.body.choices[0].message.content", message.get("content"), str, "a string")
+    message = found.choice.get("message") or {}
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise RecordError(f"response.body.choices[0].message.content is {_kind(content)}, expected a string")
     if not content or not content.strip():
         return "empty", ""
-    usage = expect("response.body.usage", body.get("usage"), dict, "an object") or {}  # type: ignore[union-attr]
-    tokens = expect(
-        "response.body.usage.completion_tokens", usage.get("completion_tokens"), int, "an integer"
-    )
-    if tokens is None:
+    if found.completion_tokens is None:
         return "no_usage", ""
-    if tokens < min_tokens:
+    if found.completion_tokens < min_tokens:
         return "too_short", ""
     return None, content
 
@@ -388,6 +390,12 @@ def _merge(
     manifest = manifest_of(results)
     if manifest.exists():
         files["generation manifest"] = manifest
+        mismatch = _results_mismatch(results)
+        if mismatch is not None:
+            raise DataError(
+                f"{results}: {mismatch}; rerun the same `sglfleet generate` command (it sends what is "
+                "missing), then merge"
+            )
     outputs = output_labels(output, report_path)
     reports = [path for label, path in outputs.items() if label != "--output"]
     check_outputs(files, outputs)
@@ -437,7 +445,7 @@ def _merge(
                     continue
                 try:
                     reason, content = _outcome(result, drop, min_completion_tokens)
-                except ValueError as exc:
+                except RecordError as exc:
                     raise DataError(f"{where}: custom_id {cid!r}: {exc}") from None
                 if reason is not None:
                     report.dropped[reason] += 1

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-import orjson
 
+from sglfleet import records
 from sglfleet.data._adapters import Message, RowError, fields_read, normalise, to_messages, user_text
 from sglfleet.data._categories import classify
 from sglfleet.data._dedupe import ExactDeduper, NearDeduper, frozen_hashes, normalised_hash
@@ -247,14 +247,8 @@ def request_line(generation: dict[str, Any], url: str, source: str, prompt: Prom
         body["model"] = generation.pop("model")
     body["messages"] = prompt.messages
     body |= generation
-    line = {
-        "custom_id": custom_id(source, prompt.index, prompt.text),
-        "method": "POST",
-        "url": url,
-        "body": body,
-        "metadata": {"source": source, "category": prompt.category},
-    }
-    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+    metadata = {"source": source, "category": prompt.category}
+    return records.request_line(custom_id(source, prompt.index, prompt.text), url, body, metadata)
 
 
 def _outputs(config: MixConfig, output: Path, report_path: Path | None) -> list[Path]:

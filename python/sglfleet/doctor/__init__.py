@@ -3,6 +3,8 @@
 - `_probe`: what a host shows (standard library only; playbooks/doctor.yml runs it on each host with
   that host's python3: /proc/devices, /dev/nvidia*, the driver version, kmod, free disk, listening
   ports, the model's config.json). It changes nothing.
+- `driver`: the driver floors CUDA 13.2 needs (`MIN_BRANCH`, `FULL_DRIVER`, `driver_support`), defined
+  once; the roles' defaults are checked against them.
 - `checks`: `check_host(host, HostExpect, probe)`: the rows of one host, every check run whatever the
   others found.
 - `pve`: `check_pve(host, Credentials, ProvisionNeeds)`: can the inventory's PVE credentials provision the CT
@@ -18,6 +20,15 @@ from sglfleet._lazy import attach
 # (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
     from sglfleet.doctor._checks import DiskNeed, HostExpect, ModelSource, check_host
+    from sglfleet.doctor._driver import (
+        COMPAT_FOUND,
+        CUDA_TOOLKIT,
+        FULL_DRIVER,
+        GA_DRIVER,
+        MIN_BRANCH,
+        DriverSupport,
+        driver_support,
+    )
     from sglfleet.doctor._pve import ProvisionNeeds, check_pve, missing_privileges
     from sglfleet.doctor._report import Row, Status, blockers, render
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglfleet.doctor import _driver as drv
 from sglfleet.doctor._report import Row, Status
 
 __all__ = ["DiskNeed", "HostExpect", "ModelSource", "check_host", "expected_nodes"]
@@ -48,7 +49,8 @@ class HostExpect:
     role: str  # "node" or "ct"
     gpus_expected: bool
     gpu_count: int | None = None
-    min_branch: int = 580
+    min_branch: int = drv.MIN_BRANCH
+    full_driver: str = drv.FULL_DRIVER
     disks: Sequence[DiskNeed] = ()
     ports: Sequence[int] = ()
     model: ModelSource | None = None
@@ -99,15 +101,32 @@ def _driver(out: _Rows, probe: Mapping[str, Any], expect: HostExpect) -> None:
             "no /proc/driver/nvidia/version: the nvidia kernel module is not loaded",
             "install an NVIDIA driver >= " + str(expect.min_branch) + " on the node, then phase host",
         )
-    elif int(version.split(".")[0]) < expect.min_branch:
-        out.add(
-            "driver",
-            Status.BLOCKER,
-            f"kernel module {version}, branch {version.split('.')[0]}",
-            f"CUDA 13 needs driver branch >= {expect.min_branch}: upgrade the driver on the node and reboot",
-        )
     else:
-        out.add("driver", Status.OK, f"kernel module {version} (branch {version.split('.')[0]})")
+        try:
+            support = drv.driver_support(version, expect.min_branch, expect.full_driver)
+        except ValueError as exc:
+            out.add("driver", Status.BLOCKER, f"/proc/driver/nvidia/version: {exc}", "reinstall the driver")
+            return
+        branch = version.split(".")[0]
+        upgrade = (
+            f"CUDA {drv.CUDA_TOOLKIT} needs driver >= {expect.full_driver} (release notes, Table 3): "
+            "upgrade the driver on the node (with its kernel module) and reboot, then phase toolchain"
+        )
+        if support is drv.DriverSupport.BLOCKED:
+            out.add(
+                "driver",
+                Status.BLOCKER,
+                f"kernel module {version}, branch {branch}: CUDA 13 does not start below branch "
+                f"{expect.min_branch}",
+                upgrade,
+            )
+        elif support is drv.DriverSupport.COMPAT:
+            found = drv.COMPAT_FOUND.format(toolkit=drv.CUDA_TOOLKIT)
+            out.add("driver", Status.WARN, f"kernel module {version}: {found}", upgrade)
+        else:
+            out.add(
+                "driver", Status.OK, f"kernel module {version} (branch {branch}, CUDA {drv.CUDA_TOOLKIT})"
+            )
 
 
 def _device_nodes(out: _Rows, probe: Mapping[str, Any], expect: HostExpect) -> None:

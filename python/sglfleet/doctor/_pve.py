@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglfleet.doctor._report import Row, Status
-from sglfleet.pve._client import Credentials, PveApiError, PveClient
+from sglfleet.pve._client import Credentials, PveApiError, PveClient, credential_problems
 
 __all__ = ["ProvisionNeeds", "check_pve", "missing_privileges"]
 
@@ -75,6 +75,10 @@ def check_pve(host: str, creds: Credentials, needs: ProvisionNeeds) -> list[Row]
                 "and leave proxmox_lxc_api_token_id empty",
             )
         ]
+    problems = credential_problems(creds)
+    if problems:
+        # Before any call: a full token id, a secret that is no UUID, a CA path that is no file.
+        return [Row(check, host, Status.BLOCKER, p.found, p.fix) for p in problems]
     try:
         perms = PveClient.connect(creds, needs.node).permissions()
     except PveApiError as error:

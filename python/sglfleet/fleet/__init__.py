@@ -6,6 +6,7 @@
 - `status`: the checklist and the instance table `sglfleet status` prints.
 - `backend`: the attention backend and torch's CUDA runtime for a host's compute capability.
 - `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
+- `wheels`: what the pinned SGLang wheels need of the interpreter and glibc (`install_problems`).
 - `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
 
@@ -18,6 +19,9 @@ from sglfleet._lazy import attach
 if TYPE_CHECKING:
     from sglfleet.fleet._backend import ATTENTION_BACKENDS, BackendError, Decision, observe_torch_cuda
     from sglfleet.fleet._backend import decide as decide_backend
+    from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
+    from sglfleet.fleet._defaults import DEFAULT_PATH as LEDGER_PATH
+    from sglfleet.fleet._defaults import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._endpoints import EndpointError
     from sglfleet.fleet._endpoints import from_ledgers as endpoints_from_ledgers
     from sglfleet.fleet._gpus import (
@@ -32,8 +36,6 @@ if TYPE_CHECKING:
     )
     from sglfleet.fleet._gpus import query as query_gpus
     from sglfleet.fleet._gpus import query_tolerant as query_gpus_tolerant
-    from sglfleet.fleet._health import DEFAULT_INTERVAL_S as HEALTH_INTERVAL_S
-    from sglfleet.fleet._health import DEFAULT_TIMEOUT_S as HEALTH_TIMEOUT_S
     from sglfleet.fleet._health import (
         Endpoint,
         FleetHealth,
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
     from sglfleet.fleet._instances import FleetSpec, GpuInventory, InstanceSpec, problems
     from sglfleet.fleet._instances_observe import Observed, observe
     from sglfleet.fleet._instances_plan import Plan, plan, write_env_files
-    from sglfleet.fleet._ledger import DEFAULT_PATH as LEDGER_PATH
     from sglfleet.fleet._ledger import (
         OPTIONAL_PHASES,
         PHASES,
@@ -61,8 +62,11 @@ if TYPE_CHECKING:
         remove_phase,
     )
     from sglfleet.fleet._resume import (
+        DROPIN_NAME,
+        OLD_DROPIN_NAMES,
         ResumeError,
         dataset_state,
+        environment_problems,
         file_digest,
         fleet_plan,
         gpus_not_free,
@@ -81,10 +85,12 @@ if TYPE_CHECKING:
         render,
     )
     from sglfleet.fleet._training import (
+        LAUNCHER_KILL_AFTER_S,
         PatternError,
         TrainingJob,
         TrainingProcess,
         TrainingUnit,
+        checkpoint_time_warnings,
         compile_patterns,
         discover,
         matching_processes,
@@ -92,5 +98,6 @@ if TYPE_CHECKING:
         still_alive,
         stop_settings_problems,
     )
+    from sglfleet.fleet._wheels import WHEELS, WheelNeed, install_problems, wheel_needs
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

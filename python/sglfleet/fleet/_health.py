@@ -29,8 +29,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_INTERVAL_S = 2.0
+from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S, DEFAULT_TIMEOUT_S
 
 
 class Endpoint(BaseModel):

@@ -29,8 +29,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sglfleet.atomicio import atomic_write
-
-DEFAULT_PATH = Path("/var/lib/sglfleet/ledger.json")
+from sglfleet.fleet._defaults import DEFAULT_PATH
 
 Phase = Literal[
     "host",

@@ -53,6 +53,12 @@ GENERATION_UNIT_GLOB = "sglfleet-gen-*.service"
 GENERATION_PATTERN = r"(^|[ /])sglfleet(\.__main__)? generate( |$)"
 #: The placeholders a command or environment template may use.
 PLACEHOLDERS = frozenset({"dataset", "checkpoint"})
+#: The drop-in that hands the set and the checkpoint over. Drop-ins apply in the lexicographic order of
+#: their file names, whatever their directory (systemd.unit(5)): "zz-" sorts after override.conf (what
+#: `systemctl edit` writes) and the usual NN- names, so its Environment= is the one in effect.
+DROPIN_NAME = "zz-sglfleet-training-resume.conf"
+#: The names older versions used; the role removes them (a 50- file would lose to override.conf).
+OLD_DROPIN_NAMES = ("50-sglfleet-training-resume.conf",)
 
 
 class ResumeError(ValueError):
@@ -336,6 +342,31 @@ def _systemd_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
 
 
+def environment_problems(
+    unit_names: Sequence[str], environment: Mapping[str, str], systemctl: systemd.Systemctl = systemd.query
+) -> list[str]:
+    """Which of the units would not start with `environment` (after a daemon-reload): the
+    ``Environment=`` in effect, as `systemctl show` reads it back, lacks a name or has another value
+    for it; a drop-in whose file name sorts after ours (systemd.unit(5)) set it again."""
+    names = [systemd.unit_name(u) for u in unit_names]
+    problems = []
+    shown_all = systemd.show(names, ("Id", "Environment", "DropInPaths"), systemctl)
+    for name, shown in zip(names, shown_all, strict=True):
+        in_effect: dict[str, str] = {}
+        for word in systemd.split_shown_list(shown.get("Environment", "")):
+            key, sep, value = word.partition("=")
+            if sep:
+                in_effect[key] = value  # a later assignment of the same name wins (systemd.exec(5))
+        wrong = [
+            f"{key}={in_effect[key]!r} (asked for {want!r})" if key in in_effect else f"{key} unset"
+            for key, want in sorted(environment.items())
+            if in_effect.get(key) != want
+        ]
+        if wrong:
+            problems.append(f"{name}: {', '.join(wrong)}; drop-ins: {shown.get('DropInPaths') or 'none'}")
+    return problems
+
+
 def dropin_text(environment: Mapping[str, str]) -> str:
     lines = [
         "# Written by the sglfleet training_resume role: the set and checkpoint this unit resumes with.",
@@ -378,7 +409,7 @@ def launch_plan(
     dataset: str,
     checkpoint: str,
     transient_unit: str = DEFAULT_TRANSIENT_UNIT,
-    dropin_name: str = "50-sglfleet-training-resume.conf",
+    dropin_name: str = DROPIN_NAME,
     systemctl: systemd.Systemctl = systemd.query,
 ) -> LaunchPlan:
     """Units (with a drop-in Environment=) when there are any; else the command as a transient unit;

@@ -71,6 +71,12 @@ class FleetStatus(BaseModel):
     gpus: tuple[GpuRow, ...] = ()
     #: What nvidia-smi said instead of a GPU's row (a GPU that fell off the bus), or why it failed.
     gpu_errors: tuple[str, ...] = ()
+    #: No ledger file at `ledger_path`: no phase has recorded anything there (or it is the wrong path).
+    ledger_missing: bool = False
+
+    @property
+    def failed_phases(self) -> list[str]:
+        return [r.phase for r in self.checklist if r.status == "failed"]
 
     @property
     def healthy_count(self) -> int:
@@ -78,10 +84,12 @@ class FleetStatus(BaseModel):
 
     def summary(self) -> str:
         done = sum(r.status == "done" for r in self.checklist)
-        failed = [r.phase for r in self.checklist if r.status == "failed"]
+        failed = self.failed_phases
         phases = f"{done}/{len(self.checklist)} phases done" + (
             f", failed: {', '.join(failed)}" if failed else ""
         )
+        if self.ledger_missing:
+            phases += f" (no ledger at {self.ledger_path})"
         if not self.instances:
             return f"{phases}; no instances"
         if self.healthy_count == len(self.instances):
@@ -227,6 +235,7 @@ def gather_status(
     """Read the ledger and probe `endpoints`; `gpu_facts` (when given) adds GPU memory, per GPU and per
     instance (`gpu_sets`: every GPU of each instance by port), and names the GPUs that do not answer."""
     ledger = ledger_mod.load_ledger(ledger_path)
+    missing = not Path(ledger_path).exists()  # load_ledger reads a missing file as an empty ledger
     rows: list[health_mod.InstanceHealth] = []
     if endpoints:
         rows = list(
@@ -243,6 +252,7 @@ def gather_status(
         nvidia_smi_found=gpu_facts.nvidia_smi_found if gpu_facts else None,
         gpus=gpu_rows(gpu_facts, instances),
         gpu_errors=tuple(gpu_errors),
+        ledger_missing=missing,
     )
 
 
@@ -363,7 +373,15 @@ def render(status: FleetStatus, console: Console) -> None:
     n = len(status.instances)
     console.print(
         Group(
-            Text(f"Phases ({status.ledger_path})", style="bold"),
+            Text(f"Phases ({status.ledger_path})", style="bold")
+            if not status.ledger_missing
+            else Text.assemble(
+                (f"Phases ({status.ledger_path}: ", "bold"),
+                ("missing", "bold red"),
+                (")", "bold"),
+                "\n  no phase has recorded anything in this file: is this the fleet host, and the "
+                "ledger path (--ledger) right? Every phase is shown pending.",
+            ),
             checklist_table(status),
             Text(""),
             Text(

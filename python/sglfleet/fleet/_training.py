@@ -229,3 +229,39 @@ def stop_settings_problems(
         if wrong:
             problems.append(f"{name}: {', '.join(wrong)}; drop-ins: {shown.get('DropInPaths') or 'none'}")
     return problems
+
+
+#: How long each launcher lets its ranks checkpoint after it forwards the stop signal, then SIGKILLs them.
+#: torchrun (torch 2.11.0): its agent's handler turns SIGTERM/SIGINT/SIGHUP/SIGQUIT into SignalException
+#: (torch/distributed/elastic/multiprocessing/api.py:76,546), `run` catches it and calls
+#: `self._shutdown(e.sigval)` (elastic/agent/server/api.py:738-740), whose `self._pcontext.close(death_sig)`
+#: (elastic/agent/server/local_elastic_agent.py:408,416) takes `close`'s default `timeout: int = 30`
+#: (multiprocessing/api.py:649); SubprocessContext._close sends the signal to each rank's process group,
+#: waits until 30 s after it (:1007-1025) and SIGKILLs every rank still alive (:1026-1035). Nothing in
+#: torchrun's arguments changes the 30.
+LAUNCHER_KILL_AFTER_S: dict[str, int | None] = {"torchrun": 30, "none": None}
+
+
+def checkpoint_time_warnings(checkpoint_s: float, launcher: str, stop_timeout_s: int | None) -> list[str]:
+    """Why a job that needs `checkpoint_s` seconds to write its checkpoint after the stop signal would
+    be killed before it is done: by its launcher (torchrun's 30 s), or by systemd at `stop_timeout_s`."""
+    if launcher not in LAUNCHER_KILL_AFTER_S:
+        raise ValueError(f"{launcher!r} is not one of {sorted(LAUNCHER_KILL_AFTER_S)}")
+    out = []
+    takes = (
+        f"the job takes {checkpoint_s:g} s to checkpoint after the signal (training_stop_checkpoint_seconds)"
+    )
+    kill_after = LAUNCHER_KILL_AFTER_S[launcher]
+    if checkpoint_s > 0 and kill_after is not None and checkpoint_s > kill_after:
+        out.append(
+            f"{takes}, but {launcher} SIGKILLs its ranks {kill_after} s after it forwards SIGTERM "
+            "(torch 2.11.0 elastic/multiprocessing/api.py:649 close(timeout=30), called without a timeout by "
+            "local_elastic_agent.py:416): the checkpoint would be cut off. Make the ranks checkpoint within "
+            f"{kill_after} s, or signal the ranks themselves (training_stop_process_patterns matching them)"
+        )
+    if checkpoint_s > 0 and stop_timeout_s is not None and checkpoint_s > stop_timeout_s:
+        out.append(
+            f"{takes}, longer than training_stop_timeout ({stop_timeout_s} s), "
+            "when the role SIGKILLs what is left"
+        )
+    return out

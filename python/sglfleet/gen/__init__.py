@@ -8,6 +8,7 @@
 - `dispatch` / `client`: fewest-in-flight dispatch over endpoints, and the HTTP attempts.
 - `progress`: what a running job prints; `metrics`: what `--metrics-port` serves.
 - `watch`: `job_status(OUT)`, where a job stands, from another shell (`sglfleet job status`).
+- `timeline`: `OUT.timeline.jsonl`, the job's samples over time (`sglfleet job report`).
 - `unit`: a generation job as a transient systemd unit on a fleet host (what module `generation_job`
   drives).
 """
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from sglfleet.gen._manifest import load as load_manifest
     from sglfleet.gen._progress import LogReporter, Reporter, RichReporter, reporter_for
     from sglfleet.gen._store import OutputStore, StoreError, result_line
+    from sglfleet.gen._timeline import MAX_SAMPLES as TIMELINE_MAX_SAMPLES
+    from sglfleet.gen._timeline import TimelineWriter, timeline_path
+    from sglfleet.gen._timeline import load as load_timeline
     from sglfleet.gen._unit import JobSpec
     from sglfleet.gen._unit import decide as decide_job
     from sglfleet.gen._unit import journal_tail as job_journal_tail

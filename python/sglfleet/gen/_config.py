@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from sglfleet.argtypes import finite_float, json_object, non_negative_float, port, positive_float
 from sglfleet.gen._affinity import POLICIES
+from sglfleet.gen._timeline import DEFAULT_INTERVAL_S as TIMELINE_INTERVAL_S
 
 __all__ = [
     "GenParams",
@@ -265,6 +266,7 @@ class GenerateConfig:
     backoff_cap: float = 60.0
     fsync_interval: float = 1.0
     manifest_interval: float = 5.0
+    timeline_interval: float = TIMELINE_INTERVAL_S  # a sample of OUT.timeline.jsonl
     down_after: int = 3
     probe_interval: float = 1.0
     # Seconds between /health probes of the endpoints that are up: a draining SGLang (SIGTERM, a

@@ -24,6 +24,7 @@ import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ import orjson
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
 from sglfleet.gen import _manifest as manifest
+from sglfleet.gen import _timeline as timeline
 from sglfleet.gen._affinity import POLICIES, PrefixAffinity
 from sglfleet.gen._config import GenerateConfig
 from sglfleet.gen._dispatch import Endpoint, EndpointPool
@@ -445,8 +447,14 @@ async def _execute(
     """Send the pending requests and write their results; the outcome of the run. ``resources``
     closes what this opens: the metrics server, the pool, the session."""
     stats = _stats_at_start(prepared)
+    if stats.done:  # what this run will not send again
+        print(f"resuming: {stats.done} of {stats.total} already done", file=sys.stderr, flush=True)
     writer = manifest.ManifestWriter(
-        Path(config.output), _input_info(config, prepared.scan), config.params.record(), prepared.previous
+        Path(config.output),
+        _input_info(config, prepared.scan),
+        config.params.record(),
+        prepared.previous,
+        prepared.store.summary,
     )
     reporter = reporter or LogReporter(sys.stdout)
     # a connection per request slot, and one each for an endpoint's health watcher and prober: a
@@ -523,11 +531,13 @@ async def _send(
     end the requests still in flight and sync the output."""
     stats, pool = runner.stats, runner.pool
     batches = read_requests(Path(config.input), prepared.scan, prepared.pending, config.params)
+    samples = timeline.TimelineWriter(config.output)
     with reporter:
         background = [
             asyncio.create_task(_report_every(reporter, stats, pool)),
             asyncio.create_task(_save_manifest_every(config.manifest_interval, runner, writer)),
             asyncio.create_task(runner.resend_stalled(min(0.5, config.stall_min / 4))),
+            asyncio.create_task(_timeline_every(config.timeline_interval, runner, samples, writer.runs)),
         ]
         try:
             await runner.send_all(batches, force)
@@ -542,6 +552,32 @@ async def _send(
             except OSError as exc:
                 runner.halt_on_write_error(f"the output {config.output}", exc)
         reporter.update(stats, pool.endpoints)
+        _timeline_sample(runner, samples, writer.runs)
+
+
+def _timeline_sample(runner: RequestRunner, samples: timeline.TimelineWriter, run: int) -> None:
+    """Append a sample to OUT.timeline.jsonl (what `sglfleet job report` draws); a picture is not
+    worth a job: an error writing it is ignored."""
+    s = runner.stats
+    record = timeline.sample(
+        run=run,
+        total=s.total,
+        done=s.done,
+        failed=s.failed,
+        completion_tokens=s.completion_tokens_this_run,
+        endpoints=runner.pool.endpoints,
+        now=datetime.now(UTC),
+    )
+    with contextlib.suppress(OSError):
+        samples.append(record)
+
+
+async def _timeline_every(
+    interval: float, runner: RequestRunner, samples: timeline.TimelineWriter, run: int
+) -> None:
+    while True:
+        _timeline_sample(runner, samples, run)
+        await asyncio.sleep(interval)
 
 
 def _write_last_manifest(

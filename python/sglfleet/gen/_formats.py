@@ -32,11 +32,7 @@ import orjson
 
 from sglfleet.gen._config import GenParams
 from sglfleet.gen._ids import IdSet, id_digest
-
-CHAT_URL = "/v1/chat/completions"
-COMPLETIONS_URL = "/v1/completions"
-SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL)
-ROLES = ("system", "user", "assistant", "tool")
+from sglfleet.records import CHAT_URL, COMPLETIONS_URL, SUPPORTED_URLS, RecordError, check_messages
 
 
 class InputFormat(enum.StrEnum):
@@ -146,21 +142,11 @@ def detect(obj: dict[str, Any]) -> InputFormat:
 
 
 def _check_messages(messages: Any, where: str) -> None:
-    if not isinstance(messages, list):
-        raise InvalidLine(f"{where} must be a list of {{role, content}}")
-    if not messages:
-        raise InvalidLine(f"{where} is empty")
-    for i, turn in enumerate(messages):
-        if not isinstance(turn, dict):
-            raise InvalidLine(f"{where}[{i}] is not an object")
-        role = turn.get("role")
-        if role not in ROLES:
-            raise InvalidLine(f"{where}[{i}].role is {role!r}, expected one of {', '.join(ROLES)}")
-        if "content" not in turn:
-            raise InvalidLine(f"{where}[{i}] has no content")
-        content = turn["content"]
-        if not isinstance(content, str | list) and not (content is None and role == "assistant"):
-            raise InvalidLine(f"{where}[{i}].content must be a string")
+    """The prompt's shape, as :func:`sglfleet.records.check_messages` (merge reads it the same way)."""
+    try:
+        check_messages(messages, where)
+    except RecordError as exc:
+        raise InvalidLine(str(exc)) from None
 
 
 def _batch(obj: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:

@@ -14,73 +14,28 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from sglfleet.atomicio import atomic_write
 from sglfleet.gen._store import errors_path
+from sglfleet.records import (  # the manifest's record, declared with the job's other records
+    Counts,
+    InputInfo,
+    Manifest,
+    ResultsSummary,
+    Status,
+    Throughput,
+    Timings,
+    Tokens,
+)
 
 if TYPE_CHECKING:
     from sglfleet.gen._dispatch import Endpoint
     from sglfleet.gen._progress import Stats
-
-Status = Literal["running", "complete", "complete_with_failures", "interrupted", "failed"]
-
-
-class Counts(BaseModel):
-    total: int = 0
-    done: int = 0
-    failed: int = 0
-    remaining: int = 0
-    sent_this_run: int = 0
-    retries_this_run: int = 0
-    resent_this_run: int = 0  # requests sent to a second endpoint because theirs stalled
-
-
-class Tokens(BaseModel):
-    prompt: int = 0
-    completion: int = 0
-
-
-class Throughput(BaseModel):
-    requests_per_s: float = 0.0
-    output_tokens_per_s: float = 0.0
-    eta_s: float | None = None  # seconds left at the recent rate; None: unknown (nothing answering lately)
-
-
-class Timings(BaseModel):
-    first_started_at: str
-    run_started_at: str
-    updated_at: str
-    run_elapsed_s: float = 0.0
-    total_elapsed_s: float = 0.0
-    runs: int = 1
-
-
-class InputInfo(BaseModel):
-    path: str
-    sha256: str
-    format: str
-    requests: int
-    size: int | None = None  # bytes validated and sent from (None: a manifest from before it was kept)
-
-
-class Manifest(BaseModel):
-    version: Literal[1] = 1
-    status: Status
-    input: InputInfo
-    params: dict[str, Any]
-    endpoints: list[str]
-    counts: Counts
-    tokens: Tokens
-    throughput: Throughput
-    timings: Timings
-    errors_file: str
-    message: str = ""
-    endpoint_stats: dict[str, dict[str, float]] = Field(default_factory=dict)
-    pid: int | None = None  # of the run that wrote it
 
 
 class ManifestError(RuntimeError):
@@ -121,10 +76,16 @@ def _now() -> str:
 class ManifestWriter:
     """The manifest of one run of the job writing ``output``: what it was asked (``input_info``,
     ``params``), and from the run's stats and endpoints, how far it got; the timings carry on from
-    ``previous``, the manifest of the runs before it (None: the first run)."""
+    ``previous``, the manifest of the runs before it (None: the first run); ``results`` says what the
+    output holds each time it is written (:meth:`sglfleet.gen.OutputStore.summary`)."""
 
     def __init__(
-        self, output: Path, input_info: InputInfo, params: dict[str, Any], previous: Manifest | None
+        self,
+        output: Path,
+        input_info: InputInfo,
+        params: dict[str, Any],
+        previous: Manifest | None,
+        results: Callable[[], ResultsSummary | None] | None = None,
     ) -> None:
         self.path = manifest_path(output)
         self.errors_file = str(errors_path(output))
@@ -134,6 +95,7 @@ class ManifestWriter:
         self.first_started = previous.timings.first_started_at if previous else self.run_started
         self.runs = previous.timings.runs + 1 if previous else 1  # this run counts once it writes
         self.elapsed_before = previous.timings.total_elapsed_s if previous else 0.0
+        self.results = results
 
     def build(self, stats: Stats, status: Status, endpoints: list[Endpoint], message: str = "") -> Manifest:
         elapsed = stats.elapsed()
@@ -157,6 +119,7 @@ class ManifestWriter:
             message=message,
             endpoint_stats={e.url: _endpoint_stats(e) for e in endpoints},
             pid=os.getpid(),
+            results=self.results() if self.results is not None else None,
         )
 
     def save(self, stats: Stats, status: Status, endpoints: list[Endpoint], message: str = "") -> Manifest:

@@ -140,17 +140,33 @@ class RichReporter:
         self._live.__exit__(None, None, None)
 
     def update(self, stats: Stats, endpoints: list[Endpoint]) -> None:
+        self._live.update(self.frame(stats, endpoints, self.console.width))
+        self._live.refresh()
+
+    @staticmethod
+    def frame(stats: Stats, endpoints: list[Endpoint], width: int) -> Group:
+        """What is drawn: lines that each fit `width` columns (the terminal's at this refresh, so a
+        resize redraws at the new width): the bar with done/total, then the rates, then the table."""
         rps, tps = stats.sample()
-        bar = ProgressBar(total=max(stats.total, 1), completed=stats.done + stats.failed, width=50)
-        head = Text.assemble(
-            (f" {stats.done}/{stats.total}", "bold"),
-            f"  {rps:,.1f} req/s  {tps:,.0f} out tok/s  ETA {_hms(stats.eta(rps))}  ",
+        count = f" {stats.done:,}/{stats.total:,} {100.0 * stats.done / max(stats.total, 1):.1f}%"
+        bar = ProgressBar(
+            total=max(stats.total, 1),
+            completed=stats.done + stats.failed,
+            width=max(10, min(60, width - len(count) - 1)),
+        )
+        top = Table.grid(padding=0)
+        top.add_row(bar, Text(count, style="bold", no_wrap=True, overflow="ellipsis"))
+        rates = Text.assemble(
+            f"{rps:,.1f} req/s  {tps:,.0f} out tok/s  ETA {_hms(stats.eta(rps))}  ",
             (f"errors {stats.failed}", "red" if stats.failed else ""),
             f"  retries {stats.retries}",
+            no_wrap=True,
+            overflow="ellipsis",
         )
         table = Table(box=None, show_header=True, header_style="dim", pad_edge=False)
         for col in ("endpoint", "in flight", "done", "errors", "state"):
-            table.add_column(col, justify="left" if col in ("endpoint", "state") else "right")
+            right = col not in ("endpoint", "state")
+            table.add_column(col, justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
         for e in endpoints:
             table.add_row(
                 e.name,
@@ -159,10 +175,7 @@ class RichReporter:
                 str(e.errors),
                 "up" if e.up else Text(_state(e)[1:-1], "red"),
             )
-        line = Table.grid(padding=(0, 1))
-        line.add_row(bar, head)
-        self._live.update(Group(line, table))
-        self._live.refresh()
+        return Group(top, rates, table)
 
 
 def reporter_for(stream: IO[str], log_interval: float) -> Reporter:

@@ -17,6 +17,12 @@ power loss loses at most the results of that interval, which the next run regene
 the middle of a write leaves a torn last line: :meth:`OutputStore.open` cuts it before reading the
 ids already done; a write that fails (a full disk) is cut back at once, so the file never holds
 half a line. An exclusive ``flock`` on ``OUT`` refuses a second writer.
+
+The lines are :mod:`sglfleet.records`' (written by its ``result_line`` / ``error_line``); on resume
+an id is done only when ``OUT`` holds a well-formed success for it (``records.done_of``): any other
+line is passed over and its id sent again. :meth:`OutputStore.summary` is what the manifest records
+of ``OUT`` (its size, the success lines, a fingerprint of its end), which status and merge check the
+file on disk against.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +38,7 @@ from typing import Any
 import orjson
 
 from sglfleet.gen._ids import IdSet, id_digest
+from sglfleet.records import ResultsSummary, done_of, error_line, result_line, summarize
 
 
 class StoreError(RuntimeError):
@@ -54,14 +60,6 @@ def errors_path(output: Path) -> Path:
     return output.with_name(output.name + ".errors.jsonl")
 
 
-def _compact(raw: bytes) -> bytes | None:
-    """``raw`` as is when it is a single-line JSON object (the common case), else None."""
-    raw = raw.strip()
-    if raw[:1] == b"{" and raw[-1:] == b"}" and b"\n" not in raw and b"\r" not in raw:
-        return raw
-    return None
-
-
 class LineIds:
     """Batch output line ids, ``batch_req_<run><n>``: unique across runs without a syscall per line."""
 
@@ -72,81 +70,6 @@ class LineIds:
     def __call__(self) -> str:
         self._n += 1
         return f"{self._prefix}{self._n:08x}"
-
-
-def result_line(
-    custom_id: str,
-    request_id: str,
-    body: Any,
-    raw_body: bytes | None,
-    line_id: str,
-    *,
-    conversations: list[dict[str, Any]] | None = None,
-) -> bytes:
-    """A success line. ``raw_body`` (the server's bytes for ``body``) is spliced in when compact."""
-    spliced = _compact(raw_body) if raw_body is not None else None
-    tail = b"}\n" if conversations is None else b',"conversations":' + orjson.dumps(conversations) + b"}\n"
-    return b"".join(
-        (
-            b'{"id":"',
-            line_id.encode(),
-            b'","custom_id":',
-            orjson.dumps(custom_id),
-            b',"response":{"status_code":200,"request_id":',
-            orjson.dumps(request_id),
-            b',"body":',
-            spliced or orjson.dumps(body),
-            b'},"error":null',
-            tail,
-        )
-    )
-
-
-def error_line(
-    custom_id: str, code: str, message: str, *, status_code: int | None, body: Any, line_id: str
-) -> bytes:
-    """A failure line: ``response`` holds the server's answer when there was one."""
-    record = {
-        "id": line_id,
-        "custom_id": custom_id,
-        "response": None if status_code is None else {"status_code": status_code, "body": body},
-        "error": {"code": code, "message": message},
-    }
-    return orjson.dumps(record) + b"\n"
-
-
-# The lines this module writes start {"id":"batch_req_…","custom_id":"…", and their body's usage is
-# an object of integers: both are found without parsing the (large) line; anything else is parsed.
-_OURS = re.compile(rb'^\{"id":"[^"\\]*","custom_id":("(?:[^"\\]|\\.)*"),"response":\{"status_code":200,')
-_PROMPT = re.compile(rb'"prompt_tokens":\s*(\d+)\s*[,}]')
-_COMPLETION = re.compile(rb'"completion_tokens":\s*(\d+)\s*[,}]')
-
-
-_SHORT_LINE = 2048  # bytes: a shorter line is parsed whole (orjson is faster than the regexes there)
-
-
-def _parse(raw: bytes) -> tuple[str, int, int] | None:
-    """(custom_id, prompt tokens, completion tokens) of an output line; None if it is not one."""
-    ours = _OURS.match(raw) if len(raw) > _SHORT_LINE else None
-    if ours is not None and raw.endswith((b"}\n", b"}")):
-        usage = raw.rfind(b'"usage":')
-        if usage < 0:
-            return orjson.loads(ours.group(1)), 0, 0
-        end = raw.find(b"}", usage)
-        p, c = _PROMPT.search(raw, usage, end + 1), _COMPLETION.search(raw, usage, end + 1)
-        if p is not None and c is not None:
-            return orjson.loads(ours.group(1)), int(p.group(1)), int(c.group(1))
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
-        return None
-    body = (record.get("response") or {}).get("body")
-    usage = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(usage, dict):
-        return record["custom_id"], 0, 0
-    return record["custom_id"], int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 def _cut_torn_tail(fd: int) -> int:
@@ -184,6 +107,8 @@ class OutputStore:
         self._dirty = False
         self._last_sync = 0.0
         self._line_ids = LineIds()
+        self._size = 0  # bytes of the output, as this store left it
+        self._results = 0  # success lines in it
 
     def open(self) -> Resumed:
         """Lock the output, cut a torn last line, read the ids already done, start the errors file."""
@@ -211,21 +136,29 @@ class OutputStore:
         return resumed
 
     def _read_done(self, cut: int) -> Resumed:
+        """The ids of the well-formed success lines (:func:`sglfleet.records.done_of`); any other JSON
+        line (an error record, an input line, a result of the wrong shape) is passed over, and its
+        id sent again. A line that is not JSON is corrupt, unless it is the last one (then it is cut)."""
         done = IdSet()
         add = done.add_digest
         prompt = completion = lines = 0
         with open(self.output, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
-                parsed = _parse(raw)
-                if parsed is None:
+                try:
+                    parsed = done_of(raw)
+                except orjson.JSONDecodeError:
                     if fh.peek(1) == b"":  # the last line: written whole but garbage (e.g. power loss)
                         self._truncate_to(fh.tell() - len(raw))
                         cut += len(raw)
                         break
+                    if not raw.strip():
+                        continue
                     raise StoreError(
                         f"{self.output} line {number} is not an output record; the file is corrupt "
                         "(not a torn last line): move it away or repair it"
-                    )
+                    ) from None
+                if parsed is None:
+                    continue
                 cid, p, c = parsed
                 add(id_digest(cid))
                 prompt += p
@@ -234,6 +167,8 @@ class OutputStore:
         done.freeze()
         if done.repeated:
             raise StoreError(f"{self.output} holds {len(done.repeated)} custom_id(s) more than once")
+        self._size = os.fstat(self._fd).st_size
+        self._results = lines
         return Resumed(done, lines, prompt, completion, cut)
 
     def _truncate_to(self, size: int) -> None:
@@ -272,6 +207,8 @@ class OutputStore:
             custom_id, request_id, body, raw_body, self._line_ids(), conversations=conversations
         )
         self._write(self._fd, line)
+        self._size += len(line)
+        self._results += 1
         self._after_write()
 
     def add_error(
@@ -285,6 +222,12 @@ class OutputStore:
             ),
         )
         self._after_write()
+
+    def summary(self) -> ResultsSummary | None:
+        """What the manifest records of the output (None when it is not open)."""
+        if self._fd < 0:
+            return None
+        return summarize(self._fd, self._size, self._results)
 
     def _after_write(self) -> None:
         self._dirty = True

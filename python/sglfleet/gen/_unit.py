@@ -4,8 +4,10 @@ What the ``generation_job`` Ansible module does, kept here so it can be tested w
 
 * :func:`observe` reads the unit's state (``systemctl show``) and the job's manifest;
 * :func:`decide` says what to do about it: a running job is left alone (progress reported); a
-  complete one too (its summary); a failed, stopped or never-started one is started, and resumes
-  where it stopped (the engine's exactly-once output guarantees that);
+  complete one too (its summary), unless its results on disk are not what its manifest summarised
+  (deleted, emptied, cut short: then it is started, and resumes); a failed, stopped or
+  never-started one is started, and resumes where it stopped (the engine's exactly-once output
+  guarantees that);
 * :func:`start` / :func:`stop` act; :func:`wait` polls until the unit is no longer active,
   calling back with the counts at every poll (the module logs them and returns them as ``progress``);
 * :func:`verdict` says whether the phase is done: the job complete, with at most ``max_failures``
@@ -30,6 +32,7 @@ from sglfleet.gen._config import GenerateConfig, to_argv
 from sglfleet.gen._config import from_options as config_from_options
 from sglfleet.gen._manifest import Manifest
 from sglfleet.host import _systemd as systemd
+from sglfleet.records import results_problem
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ACTIVE_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
@@ -109,6 +112,7 @@ class Observed:
     exit_status: int | None
     manifest: Manifest | None
     input_sha256: str | None  # of the input as it is now (only computed when the manifest says complete)
+    results_problem: str | None = None  # the output is not what a complete manifest summarised
 
     @property
     def running(self) -> bool:
@@ -137,9 +141,11 @@ def observe(spec: JobSpec, runner: Runner = systemd.run) -> Observed:
     props = _show(spec.unit, runner)
     status = props.get("ExecMainStatus")
     m = manifest_mod.load(manifest_mod.manifest_path(spec.output))
-    sha = None
-    if m is not None and m.status in COMPLETE and spec.input.is_file():
-        sha = file_sha256(spec.input)
+    sha = problem = None
+    if m is not None and m.status in COMPLETE:
+        if spec.input.is_file():
+            sha = file_sha256(spec.input)
+        problem = results_problem(spec.output, m.results, m.counts.done)
     return Observed(
         unit_state=props.get("ActiveState", "inactive")
         if props.get("LoadState") != "not-found"
@@ -148,6 +154,7 @@ def observe(spec: JobSpec, runner: Runner = systemd.run) -> Observed:
         exit_status=int(status) if status and status.isdigit() else None,
         manifest=m,
         input_sha256=sha,
+        results_problem=problem,
     )
 
 
@@ -172,6 +179,8 @@ def decide(obs: Observed, wanted: str, retry_failures: bool = False) -> Decision
     if m is not None and m.status in COMPLETE:
         if obs.input_sha256 is not None and obs.input_sha256 != m.input.sha256:
             return Decision("start", m.status, "the input changed since the job completed")
+        if obs.results_problem is not None:  # the results on disk are the truth
+            return Decision("start", "results_missing", obs.results_problem)
         if m.status == "complete_with_failures" and retry_failures:
             return Decision("start", m.status, "retrying the permanent failures")
         return Decision("none", m.status, "the job is complete")
@@ -254,7 +263,7 @@ def verdict(obs: Observed, max_failures: int) -> tuple[bool, int | None]:
     ``max_failures`` requests failed for good."""
     m = obs.manifest
     code = obs.exit_status
-    if m is None or obs.running:
+    if m is None or obs.running or obs.results_problem is not None:
         return False, code
     if m.status == "complete":
         return True, 0 if code is None else code
@@ -273,12 +282,13 @@ def summary(obs: Observed) -> dict[str, Any]:
     m = obs.manifest
     if m is None:
         return {"status": "absent", "counts": {}, "tokens": {}, "throughput": {}, "message": ""}
+    state = "running" if obs.running else "results_missing" if obs.results_problem else m.status
     return {
-        "status": "running" if obs.running else m.status,
-        "state": "running" if obs.running else m.status,
+        "status": state,
+        "state": state,
         "counts": m.counts.model_dump(),
         "tokens": m.tokens.model_dump(),
         "throughput": m.throughput.model_dump(),
-        "message": m.message,
+        "message": obs.results_problem or m.message,
         "timings": m.timings.model_dump(),
     }

@@ -5,6 +5,10 @@ lock whether a run holds it, so a job killed without a chance to write its last 
 ``stopped`` rather than ``running`` forever; the counts of a job that is not running are then read
 from its files (one line per result), which a killed run or a full disk leaves ahead of the manifest.
 The ETA is the running job's own (its recent rate), "unknown" when nothing has answered lately.
+
+The results on disk are the truth: a job that is not running whose output is not the file its
+manifest summarised (deleted, emptied, cut short: :func:`sglfleet.records.results_problem`) reads
+``results_missing`` ("results missing or short: rerun resumes"), never ``complete``.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from sglfleet.gen import _manifest as manifest
+from sglfleet.records import results_problem
 
 
 @dataclass
 class JobStatus:
     output: str
-    state: str  # running, complete, complete_with_failures, interrupted, failed, stopped
+    state: str  # running, complete, complete_with_failures, interrupted, failed, stopped, results_missing
     running: bool
     total: int
     done: int
@@ -42,11 +47,15 @@ class JobStatus:
 
     def lines(self) -> list[str]:
         eta = _hms(self.eta_s) if self.eta_s is not None else "unknown" if self.running else "-"
-        note = f" ({self.message})" if self.message and not self.running else ""
+        shown = self.state.replace("_", " ")
+        # the message when it says more than the state ("complete (complete)" said nothing twice)
+        note = (
+            f" ({self.message})" if self.message not in ("", self.state, shown) and not self.running else ""
+        )
         if self.state == "stopped":  # killed before its last manifest: nothing said what to do
             note = " (killed before it could say so; rerun the same `sglfleet generate` command: it resumes)"
         out = [
-            f"{self.output}: {self.state}{note}",
+            f"{self.output}: {shown}{note}",
             f"  {self.done}/{self.total} done ({self.percent:.1f}%), {self.failed} failed, "
             f"{self.remaining} remaining",
             f"  {self.requests_per_s:,.1f} req/s, {self.output_tokens_per_s:,.0f} out tok/s, ETA {eta}; "
@@ -112,6 +121,10 @@ def job_status(output: Path) -> JobStatus:
         done = max(done, _count_lines(output))
         if state in ("stopped", "failed"):
             failed = max(failed, _count_lines(output.with_name(output.name + ".errors.jsonl")))
+        problem = results_problem(output, m.results, m.counts.done)
+        if problem is not None:  # the results on disk are the truth, not the manifest
+            state, done = "results_missing", _count_lines(output)
+            m.message = problem
     total = m.counts.total
     remaining = max(0, total - done - failed)
     eta = None

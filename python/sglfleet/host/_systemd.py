@@ -68,6 +68,33 @@ def show(units: Sequence[str], props: Iterable[str], systemctl: Systemctl = quer
     return parse_show(out, len(units))
 
 
+def split_shown_list(text: str) -> list[str]:
+    """The words of a string-list property as `systemctl show` prints it: each word through
+    `shell_maybe_quote(str, 0)` (systemd src/shared/bus-print-properties.c), i.e. as it is when it needs
+    no quoting, else in double quotes with `"`, `\\`, `` ` `` and `$` escaped by a backslash."""
+    words: list[str] = []
+    word: list[str] = []
+    started = quoted = False
+    chars = iter(text)
+    for ch in chars:
+        if ch == "\\":
+            word.append(next(chars, ""))
+            started = True
+        elif ch == '"':
+            quoted = not quoted
+            started = True
+        elif ch == " " and not quoted:
+            if started:
+                words.append("".join(word))
+            word, started = [], False
+        else:
+            word.append(ch)
+            started = True
+    if started:
+        words.append("".join(word))
+    return words
+
+
 def list_units(pattern: str, *, states: Sequence[str] = (), systemctl: Systemctl = query) -> list[str]:
     """The names of the units systemd has loaded that match `pattern`: every one, or those in `states`."""
     which = f"--state={','.join(states)}" if states else "--all"

@@ -16,12 +16,14 @@ from sglfleet._lazy import attach
 # (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
     from sglfleet.pve._client import (
+        CredentialProblem,
         Credentials,
         CtLocked,
         PveApiError,
         PveClient,
         TaskFailed,
         TaskTimeout,
+        credential_problems,
         task_succeeded,
     )
     from sglfleet.pve._config import ContainerSpec, Plan, SpecError, parse_mib, plan_update, split_props

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -126,6 +127,81 @@ class Credentials:
         return f"Credentials({self.host}:{self.port}, {how})"
 
 
+#: pve-access-control src/PVE/AccessControl.pm: `$token_subid_regex = $PVE::Auth::Plugin::realm_regex`,
+#: and src/PVE/Auth/Plugin.pm `realm_regex = qr/[A-Za-z][A-Za-z0-9\.\-_]+/`: a token's name (the part
+#: after "!" in `user@realm!name`).
+TOKEN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$")
+#: What `pveum user token add` prints as the token's value: a UUID.
+TOKEN_SECRET_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+#: The inventory's variable for each Credentials field (role proxmox_lxc), named in messages.
+VARIABLES = {
+    "user": "proxmox_lxc_api_user",
+    "token_id": "proxmox_lxc_api_token_id",
+    "token_secret": "proxmox_lxc_api_token_secret",
+    "password": "proxmox_lxc_api_password",
+    "ca_cert": "proxmox_lxc_ca_cert",
+}
+
+
+@dataclass(frozen=True)
+class CredentialProblem:
+    variable: str
+    found: str  # never the secret itself
+    fix: str
+
+
+def credential_problems(
+    creds: Credentials, variables: Mapping[str, str] = VARIABLES
+) -> list[CredentialProblem]:
+    """What is wrong with `creds` before any call to PVE: a token id given as `user@realm!name` or
+    not a token name, a secret that is not a UUID, a CA file that is not a file (requests would raise
+    "Could not find a suitable TLS CA certificate bundle" at the first call)."""
+    out = []
+    token_id = creds.token_id
+    if token_id is not None:
+        if "!" in token_id:
+            user, _, name = token_id.rpartition("!")
+            var_id, var_user = variables["token_id"], variables["user"]
+            out.append(
+                CredentialProblem(
+                    var_id,
+                    f"{var_id} is '{token_id}', a full token id; the token's name alone is expected",
+                    f"set {var_id}: '{name}' and {var_user}: '{user}' (now '{creds.user}')",
+                )
+            )
+        elif not TOKEN_NAME_RE.match(token_id):
+            out.append(
+                CredentialProblem(
+                    variables["token_id"],
+                    f"{variables['token_id']} is '{token_id}', not a PVE token name (a letter, then letters, "
+                    "digits, '.', '-' or '_')",
+                    f"set {variables['token_id']} to the token's name, the part after '!' in "
+                    f"{creds.user}!NAME (pveum user token list {creds.user})",
+                )
+            )
+        secret = creds.token_secret or ""
+        if not TOKEN_SECRET_RE.match(secret.strip()):
+            out.append(
+                CredentialProblem(
+                    variables["token_secret"],
+                    f"{variables['token_secret']} is not a UUID ({len(secret)} characters; a PVE token's "
+                    "secret is xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+                    f"set {variables['token_secret']} (vaulted) to the value `pveum user token add` printed "
+                    "for the token",
+                )
+            )
+    if creds.ca_cert and not os.path.isfile(creds.ca_cert):
+        out.append(
+            CredentialProblem(
+                variables["ca_cert"],
+                f"{variables['ca_cert']} is {creds.ca_cert}, which is not a file on the controller",
+                f'copy the PVE host\'s /etc/pve/pve-root-ca.pem there, or set {variables["ca_cert"]}: "" '
+                "to use the system CAs",
+            )
+        )
+    return out
+
+
 class PveClient:
     """The PVE calls the container module needs; every failure is a PveApiError with PVE's words."""
 
@@ -159,7 +235,8 @@ class PveClient:
                 f"TLS verification failed ({e.__class__.__name__}); set ca_cert to the PVE CA "
                 "(/etc/pve/pve-root-ca.pem) or validate_certs: false",
             ) from None
-        except requests.exceptions.RequestException as e:
+        except (requests.exceptions.RequestException, OSError) as e:
+            # OSError: requests' "Could not find a suitable TLS CA certificate bundle, invalid path".
             raise PveApiError(f"connect to {where}", None, f"{e.__class__.__name__}: {e}") from None
         return cls(api, node)
 
@@ -171,7 +248,7 @@ class PveClient:
         except ResourceException as e:
             errors = e.errors if isinstance(e.errors, Mapping) else {}
             raise PveApiError(action, e.status_code, str(e.content), errors) from None
-        except requests.exceptions.RequestException as e:
+        except (requests.exceptions.RequestException, OSError) as e:
             raise PveApiError(action, None, f"{e.__class__.__name__}: {e}") from None
 
     def _lxc(self, vmid: int) -> Any:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import time
 import uuid
@@ -68,7 +69,10 @@ class StandinApp:
         # SGLang's rid_to_state: the requests the drain waits for (tokenizer_manager.py:2381).
         self.in_flight: dict[str, None] = {}
         self._hung: set[asyncio.Task[Any]] = set()
-        self._auth = f"Bearer {config.api_key}" if config.api_key else None
+        self._auth = config.api_key or None
+        # ServerStatus.UnHealthy: a health check timed out (http_server.py:576); a SIGTERM then exits at
+        # once, whatever is in flight (tokenizer_manager.py:2384-2391).
+        self.unhealthy = False
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -87,6 +91,7 @@ class StandinApp:
             get("/get_server_info", self.server_info),
             get("/v1/models", self.models),
             get("/v1/loads", self.loads),
+            get("/get_load", self.get_load),
             post("/generate", self._generation(self.generate, openai=False)),
             web.put("/generate", self._generation(self.generate, openai=False)),
             post("/v1/chat/completions", self._generation(self.chat_completions)),
@@ -132,6 +137,10 @@ class StandinApp:
             await asyncio.sleep(poll)
         while True:
             remaining_rids = list(self.in_flight)
+            if self.unhealthy:
+                # tokenizer_manager.py:2384-2391: a failed health check means exit now, no drain.
+                log.error("Signal SIGTERM received while health check failed. Force exiting.")
+                break
             if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
                 log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
                 break
@@ -153,10 +162,20 @@ class StandinApp:
         if (
             request.method == "OPTIONS"
             or path.startswith(("/health", "/metrics"))
-            or request.headers.get("Authorization") == self._auth
+            or self._bearer_ok(request.headers.get("Authorization"))
         ):
             return await handler(request)
         return _json({"error": "Unauthorized"}, 401)
+
+    def _bearer_ok(self, header: str | None) -> bool:
+        """utils/auth.py:103-112 (0.5.12) `_check_bearer_token`: split at the first space, the scheme
+        compared case-insensitively (`parts[0].lower() != "bearer"`), the key in constant time."""
+        if not header or self._auth is None:
+            return False
+        parts = header.split(" ", 1)
+        if len(parts) != 2 or parts[0].lower() != "bearer":
+            return False
+        return secrets.compare_digest(parts[1], self._auth)
 
     def _generation(self, handler: _Handler, *, openai: bool = True) -> _Handler:
         """Wrap a generation endpoint with the injected faults and the crash counter."""
@@ -227,6 +246,7 @@ class StandinApp:
             # The 1-token generation never comes back (the forward loop stopped): SGLang gives up after
             # SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and answers 503 (http_server.py health_generate).
             await asyncio.sleep(float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")))
+            self.unhealthy = True  # http_server.py:576 server_status = ServerStatus.UnHealthy
             return web.Response(status=503)
         if self.config.health_seconds:
             await asyncio.sleep(self.config.health_seconds)
@@ -255,6 +275,8 @@ class StandinApp:
             "num_running_reqs": scheduler.running,
             "num_waiting_reqs": scheduler.waiting,
             "num_used_tokens": stats.used_tokens,
+            # used tokens plus the waiting requests' prompts (scheduler_metrics_mixin.py:1010-1012)
+            "num_total_tokens": stats.used_tokens + stats.waiting_tokens,
             "max_total_num_tokens": config.max_total_num_tokens,
             "token_usage": round(stats.used_tokens / config.max_total_num_tokens, 4),
             "gen_throughput": round(stats.gen_throughput(), 2),
@@ -308,6 +330,27 @@ class StandinApp:
             }
         )
 
+    async def get_load(self, _request: web.Request) -> web.Response:
+        """The deprecated /get_load (http_server.py:647-670, 0.5.12), which sglang-router's
+        power_of_two policy reads: /v1/loads' core fields in the historical shape, one entry per rank."""
+        log.warning(
+            "Endpoint '/get_load' is deprecated and will be removed in a future version. "
+            "Please use '/v1/loads' instead."
+        )
+        load = self._load()
+        return _json(
+            [
+                {
+                    "dp_rank": load["dp_rank"],
+                    "num_reqs": load["num_running_reqs"] + load["num_waiting_reqs"],
+                    "num_waiting_reqs": load["num_waiting_reqs"],
+                    "num_tokens": load["num_total_tokens"],
+                    "num_pending_tokens": load["num_total_tokens"] - load["num_used_tokens"],
+                    "ts_tic": time.perf_counter(),
+                }
+            ]
+        )
+
     async def loads(self, _request: web.Request) -> web.Response:
         load = self._load()
         load["num_total_reqs"] = load["num_running_reqs"] + load["num_waiting_reqs"]
@@ -317,10 +360,13 @@ class StandinApp:
                 "version": SGLANG_VERSION,
                 "dp_rank_count": 1,
                 "loads": [load],
+                # entrypoints/v1_loads.py:62-88 `_compute_aggregate` (0.5.12), over the one rank
                 "aggregate": {
                     "total_running_reqs": load["num_running_reqs"],
                     "total_waiting_reqs": load["num_waiting_reqs"],
                     "total_reqs": load["num_total_reqs"],
+                    "total_used_tokens": load["num_used_tokens"],
+                    "total_tokens": load["num_total_tokens"],
                     "avg_token_usage": load["token_usage"],
                     "avg_throughput": load["gen_throughput"],
                     "avg_utilization": load["utilization"],

@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     sg.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     sg.add_argument("--watchdog-timeout", type=_number(float, 0.0, None, open_low=True), default=300.0)
     sg.add_argument(
+        "--decode-log-interval",
+        type=_number(int, 1, None),
+        default=40,
+        help="decode batches between two decode logs; each resets sglang:cache_hit_rate (server_args.py:496)",
+    )
+    sg.add_argument(
         "--reasoning-parser",
         default=None,
         help="answer chat requests as a thinking model does: the first half of the text as "
@@ -209,6 +215,7 @@ def parse_config(argv: Sequence[str] | None = None) -> StandinConfig:
         tp_size=args.tp_size,
         log_level=args.log_level,
         watchdog_timeout=args.watchdog_timeout,
+        decode_log_interval=args.decode_log_interval,
         reasoning_parser=args.reasoning_parser,
         load_seconds=args.standin_load_seconds,
         warmup_seconds=args.standin_warmup_seconds,

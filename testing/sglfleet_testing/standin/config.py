@@ -23,6 +23,7 @@ class StandinConfig:
     tp_size: int = 1
     log_level: str = "info"
     watchdog_timeout: float = 300.0
+    decode_log_interval: int = 40  # server_args.py:496 (0.5.12)
     reasoning_parser: str | None = None  # SGLang's --reasoning-parser: reasoning_content split off
     # --standin-* knobs
     load_seconds: float = 0.0  # no listener yet: connections refused, as while SGLang loads the model
@@ -73,6 +74,7 @@ class StandinConfig:
             "dp_size": 1,
             "log_level": self.log_level,
             "watchdog_timeout": self.watchdog_timeout,
+            "decode_log_interval": self.decode_log_interval,
             "reasoning_parser": self.reasoning_parser,
         }
 

@@ -61,7 +61,7 @@ class Engine:
         self.config = config
         self.model = DeterministicModel(config.seed, config.natural_tokens)
         self.scheduler = Scheduler(config.max_running_requests)
-        self.stats = Stats()
+        self.stats = Stats(config.decode_log_interval)
         self.metrics = (
             Metrics(config.model_name, self.stats, self.scheduler, config.max_total_num_tokens)
             if config.enable_metrics
@@ -169,11 +169,20 @@ class Engine:
             self.metrics.e2e.observe(e2e)
         return Result(completion, job.prompt_tokens, cached, e2e)
 
+    async def _acquire(self, job: Job) -> None:
+        """Wait for a slot; meanwhile the prompt counts in /v1/loads' num_total_tokens (the waiting
+        queue's seqlen on top of the used tokens, scheduler_metrics_mixin.py:1010-1012, 0.5.12)."""
+        self.stats.waiting_tokens += job.prompt_tokens
+        try:
+            await self.scheduler.acquire()
+        finally:
+            self.stats.waiting_tokens -= job.prompt_tokens
+
     async def generate(self, job: Job) -> Result:
         """Run a request to completion: wait for a slot, 'decode', answer."""
         start = time.perf_counter()
         scheduler = self.scheduler
-        await scheduler.acquire()
+        await self._acquire(job)
         try:
             await self._forward()  # the prefill
             completion, cached = self._complete(job)
@@ -187,6 +196,9 @@ class Engine:
                     decode = completion.completion_tokens / self._tps if self._tps else 0.0
                     await asyncio.sleep(self._ttft + decode)
                 await self._forward()  # the last decode batch
+                self.stats.decoded(
+                    max(completion.completion_tokens - 1, 0)
+                )  # the first came with the prefill
                 self._cache_output(job, completion)
             finally:
                 self.stats.used_tokens -= in_use
@@ -198,7 +210,7 @@ class Engine:
         """Run a request token by token: one chunk per token, the last one carrying the result."""
         start = time.perf_counter()
         scheduler = self.scheduler
-        await scheduler.acquire()
+        await self._acquire(job)
         try:
             await self._forward()  # the prefill
             completion, cached = self._complete(job)
@@ -216,6 +228,7 @@ class Engine:
                         await asyncio.sleep(1 / self._tps)
                     if index:
                         await self._forward()  # one decode batch per token
+                        self.stats.decoded(1)
                     yield Chunk(piece if index == 0 else " " + piece, ids[index : index + 1])
                 # Tokens generated but not shown (a stop string's tail, a stop token id).
                 rest = ids[len(pieces) :]

@@ -18,7 +18,10 @@ THROUGHPUT_WINDOW_S = 5
 class Stats:
     """Counters the engine updates per request; cheap enough for the zero-latency path."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode_log_interval: int = 40) -> None:
+        self.decode_log_interval = decode_log_interval
+        self.forward_ct_decode = 0  # the scheduler's decode batches
+        self.waiting_tokens = 0  # prompt tokens of the requests waiting for a slot
         self.num_requests = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
@@ -51,6 +54,16 @@ class Stats:
         over its hit plus new tokens (observability/scheduler_metrics_mixin.py:565-576, 0.5.12); the
         stand-in prefills one request per batch."""
         self.last_hit_rate = cached_tokens / prompt_tokens if prompt_tokens else 0.0
+
+    def decoded(self, batches: int) -> None:
+        """`batches` decode batches ran. Every `decode_log_interval`-th one logs, and the decode log sets
+        the gauge to 0 (scheduler_metrics_mixin.py:646 `forward_ct_decode % decode_log_interval`, then
+        :695 `cache_hit_rate = 0.0` and :748 `self.stats.cache_hit_rate = cache_hit_rate`, 0.5.12): the
+        gauge shows the latest prefill's rate only until the next decode log."""
+        before = self.forward_ct_decode // self.decode_log_interval
+        self.forward_ct_decode += batches
+        if self.forward_ct_decode // self.decode_log_interval > before:
+            self.last_hit_rate = 0.0
 
     def cache_hit_rate(self) -> float:
         """The latest prefill's hit rate (a gauge, as SGLang's); the whole run's is the counters'
@@ -116,7 +129,14 @@ class Metrics:
     def __init__(
         self, model_name: str, stats: Stats, scheduler: Scheduler, max_total_num_tokens: int
     ) -> None:
-        labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+        # The scheduler's labels, moe_ep_rank included (observability/scheduler_metrics_mixin.py:136-142).
+        labels = {
+            "model_name": model_name,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_SglangCollector(labels, stats, scheduler, max_total_num_tokens))
         buckets = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

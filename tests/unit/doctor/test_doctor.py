@@ -44,7 +44,7 @@ def healthy(gpus: int = 8) -> dict:
     return {
         "proc_devices": _probe.char_majors(PROC_DEVICES),
         "nodes": nodes,
-        "module_version": "580.95.05",
+        "module_version": "595.58.03",
         "proc_gpus": gpus,
         "tools": {t: f"/usr/sbin/{t}" for t in ("modprobe", "rmmod", "lsmod", "depmod", "nvidia-modprobe")},
         "disks": [{"path": "/opt/cuda-13.2", "probed": "/opt", "free_bytes": 50 * GIB}],
@@ -61,7 +61,7 @@ def ct(**kw) -> HostExpect:
         "disks": [DiskNeed("/opt/cuda-13.2", 4, "CUDA toolchain")],
         "ports": list(range(30000, 30008)),
         "model": ModelSource("mount", "/srv/m"),
-        "checksummed_versions": ["580.95.05"],
+        "checksummed_versions": ["595.58.03"],
     }
     return HostExpect(**(base | kw))
 

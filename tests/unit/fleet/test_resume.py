@@ -9,13 +9,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from support.module_runner import run_module
 
 from sglfleet.fleet import (
+    DROPIN_NAME,
+    OLD_DROPIN_NAMES,
     GpuFacts,
     ResumeError,
     combine,
     dataset_state,
+    environment_problems,
     file_digest,
     fleet_plan,
     gpus_not_free,
@@ -27,6 +31,7 @@ from sglfleet.fleet import (
     parse_gpus,
 )
 
+REPO = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 12, 3, 16, 1, 2, tzinfo=UTC)
 NEW = b'{"id": 1}\n{"id": 2}\n\n{"id": 3}'  # three rows, the last without a newline
 OLD = b'{"id": "old"}\n'
@@ -332,3 +337,35 @@ def test_the_look_counts_gpu_memory_of_the_units_processes_and_reads_this_runs_j
     )  # fmt: skip
     assert seen.loaded_rows == 12 and seen.nvidia_smi_found
     assert journals == [["journalctl", "--no-pager", "--output=cat", "_SYSTEMD_INVOCATION_ID=abc123"]]
+
+
+def test_the_environment_in_effect_is_read_back_as_systemctl_show_quotes_it() -> None:
+    # systemctl show prints each word through shell_maybe_quote(str, 0) (bus-print-properties.c).
+    shown = r'Environment=A=1 "B=two words" "C=\$HOME \"q\"" A=3'
+
+    def systemctl(argv: Sequence[str]) -> str:
+        assert argv[:3] == ["systemctl", "show", "--property=Id,Environment,DropInPaths"]
+        return (
+            "Id=train.service\n" + shown + "\nDropInPaths=/etc/systemd/system/train.service.d/zz-x.conf "
+            "/etc/systemd/system/train.service.d/zz-z.conf\n"
+        )
+
+    # A later assignment wins: a drop-in after ours (zz-z.conf) set A again; D is set nowhere.
+    problems = environment_problems(["train"], {"A": "1", "B": "two words", "D": "x"}, systemctl)
+    assert problems == [
+        "train.service: A='3' (asked for '1'), D unset; drop-ins: "
+        "/etc/systemd/system/train.service.d/zz-x.conf /etc/systemd/system/train.service.d/zz-z.conf"
+    ]
+    assert environment_problems(["train"], {"A": "3", "C": '$HOME "q"'}, systemctl) == []
+
+
+def test_the_role_names_the_drop_in_the_package_defines() -> None:
+    role_vars = yaml.safe_load((REPO / "roles/training_resume/vars/main.yml").read_text())
+    assert role_vars["__training_resume_dropin_name"] == DROPIN_NAME
+    assert role_vars["__training_resume_old_dropin_names"] == list(OLD_DROPIN_NAMES)
+    # Drop-ins apply in file-name order (systemd.unit(5)): ours after `systemctl edit`'s override.conf.
+    assert sorted([DROPIN_NAME, "override.conf", "99-local.conf"])[-1] == DROPIN_NAME
+    assert launch_plan(
+        units=["train"], environment={"X": "{dataset}"}, command="", dataset="d", checkpoint="c",
+        systemctl=Systemd({"train.service": ("inactive", "enabled")}),
+    ).dropin_name == DROPIN_NAME  # fmt: skip

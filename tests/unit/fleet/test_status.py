@@ -87,7 +87,7 @@ def test_status_json_has_checklist_and_rows_with_gpu_memory(fleet: int, ledger_f
         "--nvidia-smi", str(DATA / "fake-nvidia-smi"), "--expected-model", SERVED,
         env=fake_smi_env("rtxpro6000_srv_training"),
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # training_stop has failed
     data = json.loads(proc.stdout)
     assert [(r["phase"], r["status"]) for r in data["checklist"][:4]] == [
         ("host", "pending"), ("provision", "done"), ("training_stop", "failed"), ("toolchain", "pending"),
@@ -108,7 +108,7 @@ def test_status_table_for_humans(fleet: int, ledger_file: Path) -> None:
         "status", "--ledger", str(ledger_file), "--port-base", str(fleet), "--count", "3", "--width", "160",
         "--nvidia-smi", str(DATA / "fake-nvidia-smi"), env=fake_smi_env("rtxpro6000_ws_idle"),
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # training_stop has failed
     out = proc.stdout
     assert "Instances (3/3 healthy)" in out
     assert "node=kpro6, vmid=200" in out and "2026-12-02 18:00 UTC" in out
@@ -210,14 +210,14 @@ def test_render_prints_what_status_json_gathered(fleet: int, ledger_file: Path) 
         "--nvidia-smi", str(DATA / "fake-nvidia-smi"),
         env={"FAKE_NVSMI": str(DATA / "rtxpro6000_srv_training")},
     )  # fmt: skip
-    assert gathered.returncode == 0, gathered.stderr
+    assert gathered.returncode == 1, gathered.stderr  # training_stop has failed
     rendered = parse_status_json(gathered.stdout)
     assert rendered.checklist == direct.checklist
     assert [(r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in rendered.instances] == [
         (r.health.port, r.health.healthy, r.gpu_memory_used_mib) for r in direct.instances
     ]
     proc = sglfleet("status", "--render", "-", "--width", "160", stdin=gathered.stdout)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # --render too
     assert "Instances (3/3 healthy)" in proc.stdout and "91.5 / 97.9 GB" in proc.stdout
 
 
@@ -235,12 +235,12 @@ def test_health_cli_exit_codes(fleet: int) -> None:
     assert f"3/4 instances healthy; unhealthy: http://127.0.0.1:{fleet + 3} (refused)" in bad.stdout.replace(
         "\n", " "
     )
-    wrong = sglfleet("health", "--url", f"http://127.0.0.1:{fleet}", "--expected-model", "llama")
+    wrong = sglfleet("health", "-e", f"http://127.0.0.1:{fleet}", "--expected-model", "llama")
     assert wrong.returncode == 1 and "unexpected model" in wrong.stdout
     usage = sglfleet("health")
-    assert usage.returncode == 2 and "--url URL ... or --count N" in usage.stderr
+    assert usage.returncode == 2 and "-e URL ... or --count N" in usage.stderr
     both = sglfleet("health", "--count", "1", "--url", "http://127.0.0.1:1")
-    assert both.returncode == 2 and "either --url or --count" in both.stderr
+    assert both.returncode == 2 and "either -e/--endpoint or --count" in both.stderr
 
 
 def test_health_cli_api_key_from_env_is_used(tmp_path: Path) -> None:
@@ -276,7 +276,7 @@ def test_piped_output_cuts_no_column(fleet: int, ledger_file: Path) -> None:
         [sys.executable, "-m", "sglfleet", "health", "--port-base", str(fleet), "--count", "4"],
         capture_output=True, text=True, timeout=60, env=env, check=False,  # stdout a pipe, not a terminal
     )  # fmt: skip
-    assert status.returncode == 0, status.stderr
+    assert status.returncode == 1, status.stderr  # training_stop has failed
     assert health.returncode == 1, health.stderr  # instance 3 is down
     for out in (status.stdout, health.stdout):
         assert "…" not in out, out
@@ -320,7 +320,7 @@ def test_status_shows_memory_per_gpu_and_per_instance_and_names_a_lost_gpu(
         )
     args = ["status", "--ledger", str(ledger_file), "--env-dir", str(env_dir), "--nvidia-smi", str(smi)]
     proc = sglfleet(*args, "--json", "--timeout", "1")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # training_stop has failed
     data = json.loads(proc.stdout)
     rows = {r["health"]["port"]: r for r in data["instances"]}
     assert rows[39990]["gpus"] == [0, 1]

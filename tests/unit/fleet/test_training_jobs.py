@@ -14,7 +14,9 @@ from support.module_runner import assert_examples_use_documented_options, module
 from support.polling import wait_until
 
 from sglfleet.fleet import (
+    LAUNCHER_KILL_AFTER_S,
     PatternError,
+    checkpoint_time_warnings,
     compile_patterns,
     discover,
     matching_processes,
@@ -140,3 +142,26 @@ def test_stop_settings_that_another_drop_in_overrides_are_named() -> None:
     assert "SendSIGKILL=no (asked for yes); drop-ins: " in problems[1] and "zzz.conf" in problems[1]
     with pytest.raises(ValueError, match="'SIGNOPE' is not a signal name"):
         signal_number("SIGNOPE")
+
+
+def test_a_checkpoint_longer_than_torchruns_30_s_or_the_stop_timeout_is_warned_about(tmp_path: Path) -> None:
+    assert LAUNCHER_KILL_AFTER_S["torchrun"] == 30
+    assert checkpoint_time_warnings(0, "torchrun", 300) == []  # not said: nothing checked
+    assert checkpoint_time_warnings(30, "torchrun", 300) == []
+    (torchrun,) = checkpoint_time_warnings(45, "torchrun", 300)
+    assert torchrun.startswith(
+        "the job takes 45 s to checkpoint after the signal (training_stop_checkpoint_seconds)"
+    )
+    assert "torchrun SIGKILLs its ranks 30 s after it forwards SIGTERM" in torchrun
+    assert checkpoint_time_warnings(45, "none", 300) == []
+    (systemd,) = checkpoint_time_warnings(400, "none", 300)
+    assert "longer than training_stop_timeout (300 s)" in systemd
+    assert len(checkpoint_time_warnings(400, "torchrun", 300)) == 2
+    with pytest.raises(ValueError, match="'srun' is not one of"):
+        checkpoint_time_warnings(1, "srun", 300)
+    # The module says it as a warning and returns it; the stop-settings check still needs stop_signal.
+    args = {"checkpoint_seconds": 45, "launcher": "torchrun", "stop_timeout": 300}
+    result = run_module("training_jobs", args, tmp_path, check=True)
+    assert not result.get("failed") and result["checkpoint_warnings"] == [torchrun]
+    assert "torchrun SIGKILLs its ranks 30 s" in str(result.get("warnings"))  # shown as a [WARNING]
+    assert run_module("training_jobs", {"stop_signal": "SIGTERM"}, tmp_path)["failed"]

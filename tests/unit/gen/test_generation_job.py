@@ -213,3 +213,34 @@ def test_the_units_command_serves_metrics_on_the_bind_address(tmp_path: Path) ->
         finally:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda out: out.unlink(),
+        lambda out: out.write_bytes(b""),
+        lambda out: out.write_bytes(out.read_bytes()[:-30]),  # a torn tail
+    ],
+    ids=["deleted", "emptied", "cut short"],
+)
+def test_a_complete_job_whose_results_are_gone_is_started_again(tmp_path: Path, damage) -> None:
+    """The results on disk are the truth (issue 28): a manifest that says complete over an output that
+    was deleted, emptied or cut short is not believed; the module starts the unit, which resumes."""
+    with fleet({}) as servers:
+        spec = _spec(tmp_path, [servers[0].base_url])
+        write_conversations(spec.input, 3)
+        subprocess.run(spec.command(), capture_output=True, timeout=30, check=True)
+
+    def systemctl(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 0, "LoadState=not-found\nActiveState=inactive\n", "")
+
+    whole = job.observe(spec, systemctl)
+    assert job.decide(whole, "started").action == "none" and job.verdict(whole, 0) == (True, 0)
+    damage(spec.output)
+    obs = job.observe(spec, systemctl)
+    decision = job.decide(obs, "started")
+    assert decision.action == "start" and decision.state == "results_missing"
+    assert decision.reason.startswith("results missing or short: rerun resumes")
+    assert job.verdict(obs, 0)[0] is False
+    assert job.summary(obs)["status"] == "results_missing"

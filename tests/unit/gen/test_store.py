@@ -124,26 +124,26 @@ def test_idset_membership_and_repeats() -> None:
     assert "a" in ids and "b" in ids and "z" not in ids and len(ids) == 3
 
 
-@pytest.mark.parametrize("short_line", [0, 1 << 20], ids=["long lines: regexes", "short lines: parsed"])
-def test_resume_reads_ids_and_tokens_of_our_lines_and_of_foreign_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_line: int
-) -> None:
-    from sglfleet.gen import _store
-
-    monkeypatch.setattr(_store, "_SHORT_LINE", short_line)
+def test_resume_reads_ids_and_tokens_of_well_formed_results_only(tmp_path: Path) -> None:
+    """Our lines and a foreign success line count; a 200 without choices and a line without a
+    status are not results, so their ids are sent again (sglfleet.records.result_of)."""
     out = tmp_path / "out.jsonl"
     compact = (
         b'{"choices":[{"message":{"content":"a \\"usage\\": 7"}}],'
         b'"usage":{"prompt_tokens":3,"completion_tokens":4}}'
     )
-    spaced = {"choices": [], "usage": {"completion_tokens": 5, "prompt_tokens": 2, "total_tokens": 7}}
+    spaced = {"choices": [{"text": "x"}], "usage": {"completion_tokens": 5, "prompt_tokens": 2}}
+    foreign = {"custom_id": "three", "response": {"status_code": 200, "body": {"choices": [{"text": "y"}],
+               "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}}  # fmt: skip
     with out.open("wb") as fh:
         fh.write(result_line('id "quoted"', "r1", None, compact, "batch_req_1"))
         fh.write(result_line("two", "r2", spaced, None, "batch_req_2", conversations=[{"role": "user"}]))
-        fh.write(json.dumps({"custom_id": "three", "response": {"body": {"usage": {"prompt_tokens": 1,
-                 "completion_tokens": 1}}}}).encode() + b"\n")  # fmt: skip
+        fh.write(json.dumps(foreign).encode() + b"\n")
+        fh.write(result_line("four", "r4", {"choices": []}, None, "batch_req_4"))
+        fh.write(json.dumps({"custom_id": "five", "response": {"body": {"choices": [{}]}}}).encode() + b"\n")
     store = OutputStore(out)
     resumed = store.open()
     store.close()
     assert resumed.lines == 3 and resumed.prompt_tokens == 6 and resumed.completion_tokens == 10
     assert all(x in resumed.done for x in ('id "quoted"', "two", "three"))
+    assert "four" not in resumed.done and "five" not in resumed.done

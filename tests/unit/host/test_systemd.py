@@ -188,3 +188,10 @@ def test_read_env_file_refuses_invalid_utf8_naming_file_and_line(tmp_path: Path)
 )
 def test_parse_timespan_reads_what_systemctl_show_prints(text: str, usec: int | None) -> None:
     assert systemd.parse_timespan(text) == usec
+
+
+def test_a_string_list_reads_back_as_systemctl_show_quotes_it() -> None:
+    # bus-print-properties.c prints each word of an "as" property through shell_maybe_quote(str, 0).
+    shown = r'A=1 "B=two words" "C=\$HOME \"q\"" A=3  '
+    assert systemd.split_shown_list(shown) == ["A=1", "B=two words", 'C=$HOME "q"', "A=3"]
+    assert systemd.split_shown_list("") == []

@@ -40,6 +40,12 @@ VALID_ARGS = {
     "training_launch": {"dataset": "/nonexistent/train.jsonl", "command": "true"},
     "sglfleet_doctor": {"hosts": [{"host": "ct", "role": "ct"}]},
     "sglang_backend": {"toolchain_version": "13.2.2"},
+    "sglang_wheels": {
+        "python_version": "3.11",
+        "machine": "x86_64",
+        "sglang_version": "0.5.12",
+        "torch_version": "2.11.0",
+    },
     "fleet_endpoints": {"ledgers": {}},
 }
 

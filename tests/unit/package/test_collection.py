@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -127,3 +128,34 @@ def test_build_wheels_takes_a_built_wheel_as_it_is(installed: Installed, tmp_pat
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "neither a built wheel nor a directory with pyproject.toml" in bad.stderr
+
+
+def galaxy() -> dict:
+    return yaml.safe_load((ROOT / "collection" / "galaxy.yml").read_text())
+
+
+def test_galaxy_yml_is_kept_in_the_repository_with_the_packages_version() -> None:
+    meta = galaxy()
+    assert (meta["namespace"], meta["name"]) == tuple(FQCN.split("."))
+    assert meta["version"] == sglfleet.__version__
+
+
+def test_the_tarball_carries_the_tracked_galaxy_yml_license_and_changelog(installed: Installed) -> None:
+    root, _ = installed
+    # ansible-galaxy builds MANIFEST.json from galaxy.yml: the tracked one, as it is
+    info = json.loads((root / "MANIFEST.json").read_text())["collection_info"]
+    for key in ("namespace", "name", "version", "authors", "description", "license", "tags", "repository"):
+        assert info[key] == galaxy()[key], key
+    assert (root / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    assert (root / "CHANGELOG.md").read_text() == (ROOT / "CHANGELOG.md").read_text()
+    assert not (root / "LICENSE").is_symlink() and not (root / "CHANGELOG.md").is_symlink()
+    assert (root / "meta" / "runtime.yml").read_text() == (ROOT / "collection/meta/runtime.yml").read_text()
+
+
+def test_docs_collection_md_names_the_version_the_tarball_says(installed: Installed) -> None:
+    root, _ = installed
+    version = json.loads((root / "MANIFEST.json").read_text())["collection_info"]["version"]
+    page = (ROOT / "docs" / "collection.md").read_text()
+    named = set(re.findall(r"sglfleet-ops-([0-9][^\s`/]*?)\.tar\.gz", page))
+    named |= set(re.findall(r"sglfleet-([0-9][^\s`/-]*?)-py3-none-any\.whl", page))
+    assert named == {version}, f"docs/collection.md names {sorted(named)}, the tarball is {version}"

@@ -21,8 +21,8 @@ import sglfleet
 
 ROOT = REPO
 PROJECTS = {"sglfleet": ROOT / "python", "sglfleet-testing": ROOT / "testing"}
-# the extras `make venv` installs: -e "python[mix,hf,pve]" -e "testing[lab]"
-INSTALLED_EXTRAS = {"sglfleet": {"mix", "hf", "pve"}, "sglfleet-testing": {"lab"}}
+# the extras `make venv` installs: -e "python[mix,hf,pve,plot]" -e "testing[lab]"
+INSTALLED_EXTRAS = {"sglfleet": {"mix", "hf", "pve", "plot"}, "sglfleet-testing": {"lab"}}
 
 
 def lock(path: Path = ROOT / "requirements-dev.txt") -> list[tuple[str, Requirement]]:

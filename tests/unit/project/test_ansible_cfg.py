@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from support.paths import REPO
 
 ROOT = REPO
@@ -44,7 +45,10 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_the_config_names_no_inventory_and_keeps_host_key_checking() -> None:
     cfg = configparser.ConfigParser()
     cfg.read(CFG)
-    assert "inventory" not in cfg["defaults"], "ansible.cfg must not default to an inventory (the lab)"
+    # Its default inventory is the guard that names no host (a run without -i fails on it), never an
+    # inventory (the lab).
+    guard = yaml.safe_load((ROOT / cfg["defaults"]["inventory"]).read_text())
+    assert guard == {"plugin": "sglfleet_no_inventory"}, "ansible.cfg must default to no inventory (the lab)"
     assert cfg["defaults"].get("host_key_checking", "True").lower() in ("true", "yes", "1")
     ssh_args = cfg["ssh_connection"].get("ssh_args", "")
     assert "StrictHostKeyChecking=no" not in ssh_args and "UserKnownHostsFile=/dev/null" not in ssh_args

@@ -92,9 +92,12 @@ def test_no_gpu_here_is_said_only_when_declared(tmp_path):
 
 def test_the_gpus_are_read_as_sglfleet_reads_them(tmp_path):
     result = _run(tmp_path, nvidia_smi_fixture="rtxpro6000_ws_idle")
-    status, detail = _rows(result.stdout)["gpu"]
+    rows = _rows(result.stdout)
+    status, detail = rows["gpu"]
     assert status == "ok", result.stdout
     assert "compute capability 12.0" in detail and "RTX PRO 6000" in detail
+    # The fixture's driver, 580.95.05, is under CUDA 13.2's floor: minor-version compatibility, said so.
+    assert rows["driver"][0] == "warn" and "minor-version compatibility" in rows["driver"][1]
 
 
 def test_the_wheels_are_laid_out_in_folders_one_call_carries():

@@ -131,3 +131,53 @@ def test_a_missing_dataset_is_an_error(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=10, check=False,
     )  # fmt: skip
     assert proc.returncode == 1 and "cannot resume" in proc.stderr and "none.jsonl" in proc.stderr
+
+
+def start_torchrun(ckpt: Path, *args: str) -> subprocess.Popen[str]:
+    """The trainer behind its torchrun-like launcher; returns once the rank's handlers are in place."""
+    proc = subprocess.Popen(trainer_argv(ckpt, "--torchrun", *args), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert re.match(r"launcher\[\d+\]: started rank 0 \(pid \d+\)", proc.stdout.readline())
+    assert "training (checkpoint" in proc.stdout.readline()
+    return proc
+
+
+def test_behind_the_launcher_a_quick_checkpoint_is_written_and_the_launcher_exits_1(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt.json"
+    proc = start_torchrun(ckpt, "--launcher-kill-after", "60")
+    proc.send_signal(signal.SIGTERM)
+    # torchrun re-raises the SignalException after its ranks are gone (launcher/api.py:325-331): status 1.
+    assert proc.wait(timeout=20) == 1
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    assert "received SIGTERM: sending SIGTERM to rank 0, SIGKILL in 60 s" in out
+    assert "rank 0 exited with 0" in out and "SIGKILL\n" not in out
+    payload = json.loads(ckpt.read_text())
+    assert (
+        payload["signal"] == "SIGTERM" and payload["pid"] != proc.pid
+    )  # the rank wrote it, not the launcher
+
+
+def test_behind_the_launcher_a_checkpoint_longer_than_its_kill_after_is_lost(tmp_path: Path) -> None:
+    # torchrun's 30 s, injected shorter; the rank's checkpoint takes far longer than that.
+    ckpt = tmp_path / "ckpt.json"
+    proc = start_torchrun(ckpt, "--launcher-kill-after", "0.2", "--checkpoint-seconds", "30")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 1
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    assert "received SIGTERM at step" in out  # the rank got the forwarded signal and began its checkpoint
+    assert "rank 0 still running after 0.2 s: SIGKILL" in out
+    assert not ckpt.exists()
+
+
+def test_a_rank_that_ends_by_itself_ends_the_launcher_with_its_status(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.jsonl"
+    done = subprocess.run(
+        trainer_argv(tmp_path / "ckpt.json", "--torchrun", "--dataset", str(missing)),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 1 and "rank 0 exited with 1" in done.stdout and "cannot resume" in done.stderr

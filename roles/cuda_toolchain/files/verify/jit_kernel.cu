@@ -4,6 +4,9 @@
 #include <cuda.h>
 #include <cuda/std/cstdint>
 #include <cuda_runtime.h>
+// flashinfer's attention modules include CUTLASS's tensor_fill.h, which includes cuRAND's device header:
+// the tree must have it (nvidia-curand), or the fleet's JIT warm-up stops at this line.
+#include <curand_kernel.h>
 
 __global__ void fill(cuda::std::uint32_t *out, cuda::std::uint32_t value) { out[threadIdx.x] = value; }
 
