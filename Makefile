@@ -45,7 +45,7 @@ LAB_LOCK := /tmp/sglfleet-lab.lock
 TEST_JOBS ?= 4
 # The integration modules that can run on a lab CT of their own (SGLFLEET_TEST_CT) do, beside the others on CT 200.
 CT201_TESTS := tests/integration/test_toolchain.py tests/integration/test_sglang_role.py tests/integration/test_doctor.py
-CT202_TESTS := tests/integration/test_host_phase.py tests/integration/test_site.py
+CT202_TESTS := tests/integration/test_host_phase.py tests/integration/test_site.py tests/integration/test_two_hosts.py
 
 lint: venv ## ruff, yamllint, ansible-lint (production), syntax-check of every playbook, ansible-test sanity
 	$(call timed,ruff check) $(BIN)/ruff check .

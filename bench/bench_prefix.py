@@ -140,6 +140,11 @@ def job(inp: Path, out: Path, endpoints: list[str], *, concurrency: int, dispatc
 
 
 ROWS = ("round robin (router)", "sglfleet least-loaded", "sglfleet prefix-aware", "router cache_aware")
+SELECTED = set(ROWS)  # --rows
+SPREAD: dict[str, str] = {}  # row -> the fewest-most requests an instance served (its last run)
+
+
+ROUTER_FLAGS: list[str] = []  # --router-flags: more flags for the router rows (balance thresholds)
 
 
 def measure(
@@ -147,16 +152,19 @@ def measure(
 ) -> tuple[float, float]:
     _flush(urls)
     cached0, prompt0 = _totals(urls)
+    requests0 = [_counter(u, "sglang:num_requests_total") for u in urls]
     if row.startswith("sglfleet"):
         dispatch = "prefix" if "prefix" in row else "least-loaded"
         wall = job(inp, out, urls, concurrency=CONCURRENCY, dispatch=dispatch, turns=turns)
     else:
         policy = "round_robin" if row.startswith("round robin") else "cache_aware"
-        with running_router(urls, model_dir, policy) as router:
+        with running_router(urls, model_dir, policy, *ROUTER_FLAGS) as router:
             wall = job(
                 inp, out, [router], concurrency=CONCURRENCY * len(urls), dispatch="least-loaded", turns=turns
             )
     cached1, prompt1 = _totals(urls)
+    per = [int(_counter(u, "sglang:num_requests_total") - r0) for u, r0 in zip(urls, requests0, strict=True)]
+    SPREAD[row] = f"{min(per)}-{max(per)}"
     return wall, (cached1 - cached0) / max(prompt1 - prompt0, 1)
 
 
@@ -165,17 +173,22 @@ def workload(
 ) -> dict:
     """Every row, ``rounds`` times interleaved (the order turned each round); medians."""
     print(f"## {title}")
-    runs: dict[str, list[tuple[float, float]]] = {row: [] for row in ROWS}
+    rows = [row for row in ROWS if row in SELECTED]
+    runs: dict[str, list[tuple[float, float]]] = {row: [] for row in rows}
     for r in range(rounds):
-        for row in ROWS if r % 2 == 0 else ROWS[::-1]:
+        for row in rows if r % 2 == 0 else rows[::-1]:
             runs[row].append(measure(row, inp, out, urls, model_dir=model_dir, turns=turns))
     results = {}
-    for row in ROWS:
+    for row in rows:
         wall = statistics.median(w for w, _ in runs[row])
         hit = statistics.median(h for _, h in runs[row])
         results[row] = (wall, hit)
         each = " ".join(f"{w:.1f}" for w, _ in runs[row])
-        print(f"{row:24s} wall {wall:7.2f} s   prefix hit rate {hit:6.1%}   (runs: {each} s)", flush=True)
+        print(
+            f"{row:24s} wall {wall:7.2f} s   prefix hit rate {hit:6.1%}   requests per instance "
+            f"{SPREAD[row]}   (runs: {each} s)",
+            flush=True,
+        )
     return results
 
 
@@ -188,7 +201,22 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=1, help="runs of each row, interleaved (medians)")
     parser.add_argument("--workload", choices=("multi", "single", "both"), default="both")
+    parser.add_argument(
+        "--rows", default="all", help="comma-separated: rr, least-loaded, prefix, cache_aware (default all)"
+    )
+    parser.add_argument(
+        "--router-flags",
+        default="",
+        help='more flags for the router rows, e.g. "--balance-abs-threshold 4 --balance-rel-threshold 1.2"',
+    )
     args = parser.parse_args()
+    ROUTER_FLAGS[:] = args.router_flags.split()
+    if args.rows != "all":
+        short = dict(zip(("rr", "least-loaded", "prefix", "cache_aware"), ROWS, strict=True))
+        SELECTED.clear()
+        SELECTED.update(short[r.strip()] for r in args.rows.split(","))
+    if ROUTER_FLAGS:
+        print(f"router flags: {' '.join(ROUTER_FLAGS)}")
     if args.quick:
         args.conversations, args.prompts = 120, 300
     with tempfile.TemporaryDirectory() as tmp:
@@ -210,6 +238,8 @@ def main() -> None:
                 title = f"single-turn: {args.prompts} prompts sharing 4 system prompts"
                 s = workload(title, single, out, urls, turns="last", **common)
     rr, ll, pa, ca = ROWS
+    if set(ROWS) != SELECTED:
+        return
     print("## ratios")
     if m is not None:
         print(f"multi-turn: least-loaded wall / prefix-aware wall = {m[ll][0] / m[pa][0]:.2f}x (goal >= 1.3)")

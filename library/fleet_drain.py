@@ -78,6 +78,13 @@ stopped:
   returned: always
   type: list
   elements: int
+stopped_ports:
+  description:
+    - The ports of the stopped instances (C(SGLANG_FLEET_PORT) of their environment files), for the
+      router's worker URLs.
+  returned: always
+  type: list
+  elements: int
 to_stop:
   description: Running instances to stop.
   returned: always

@@ -123,6 +123,13 @@ options:
         (C(--down-timeout)).
     type: float
     default: 600
+  start_timeout:
+    description:
+      - Seconds the job waits at its start while no endpoint is ready but one says not yet (a router
+        with no healthy worker answers C(/readiness) 503; an instance starting); C(0) does not wait
+        (C(--start-timeout)).
+    type: float
+    default: 120
   probe_timeout:
     description: Seconds the preflight waits for each endpoint's C(/health_generate) (C(--probe-timeout)).
     type: float
@@ -288,6 +295,14 @@ phase_done:
   description: The job is complete and no more than I(max_failures) requests failed for good.
   returned: always
   type: bool
+phase_status:
+  description:
+    - What the ledger records for phase generate (role generate's record step writes it as it is).
+    - C(done) when I(phase_done); C(pending) in check mode otherwise (a job that would start has not
+      ended yet); C(failed) otherwise.
+  returned: always
+  type: str
+  sample: done
 progress:
   description: With I(wait), the counts at each poll (at most the last 100).
   returned: when I(wait)
@@ -331,6 +346,7 @@ with SGLFLEET:
         JobSpec,
         decide_job,
         job_journal_tail,
+        job_phase_status,
         job_summary,
         job_verdict,
         observe_job,
@@ -362,6 +378,7 @@ def main() -> None:
             "dispatch": {"type": "str", "choices": ["prefix", "least-loaded"], "default": "prefix"},
             "backoff_base": {"type": "float", "default": 1},
             "down_timeout": {"type": "float", "default": 600},
+            "start_timeout": {"type": "float", "default": 120},
             "probe_timeout": {"type": "float", "default": 10},
             "stall_factor": {"type": "float", "default": 8},
             "stall_min": {"type": "float", "default": 2},
@@ -416,7 +433,11 @@ def main() -> None:
     phase_done, exit_code = job_verdict(obs, spec.max_failures)
     result = {"changed": changed, "unit": spec.unit, "action": decision.action, "reason": decision.reason}
     result.update(job_summary(obs))
-    result.update(phase_done=phase_done, exit_code=exit_code)
+    result.update(
+        phase_done=phase_done,
+        phase_status=job_phase_status(phase_done, module.check_mode),
+        exit_code=exit_code,
+    )
     if waiting:
         result["progress"] = progress
         if obs.running:

@@ -125,7 +125,8 @@ instances:
       description: HTTP status of C(/health_generate) (null when no answer).
       type: int
     reason:
-      description: "Why it is unhealthy: refused, starting, timeout, unexpected model, http N, error: ..."
+      description: "Why it is unhealthy: refused, starting, not ready (a router with no healthy worker),
+        timeout, unexpected model, http N, error: ..."
       type: str
     model:
       description: Served model name (from C(/v1/models), else the model path).
@@ -149,8 +150,12 @@ instances:
       description: Seconds the probe took.
       type: float
     detail:
-      description: More on the reason (for example the model it serves, or a 401).
+      description: "More on the reason (for example the model it serves, or a 401); for a router, its workers
+        (C(router: 3/4 workers healthy))."
       type: str
+    router:
+      description: Whether it is an sglang-router (it answers C(/readiness)); healthy only when ready.
+      type: bool
   sample:
     - {"url": "http://127.0.0.1:30000", "port": 30000, "gpu": 0, "healthy": true, "status_code": 200,
        "reason": null, "model": "Qwen/Qwen3-32B", "running_requests": 12, "waiting_requests": 0,

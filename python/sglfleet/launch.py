@@ -39,7 +39,6 @@ EnvironmentFile; it is never a word of any command line:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import re
@@ -48,6 +47,8 @@ import signal
 import sys
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
+
+from sglfleet.host import die_with_parent
 
 __all__ = ["KEY_VARIABLE", "REDACTED", "keys_in_argv", "main", "protect_log", "redact"]
 
@@ -118,19 +119,6 @@ def _refuse_key_on_command_line(args: Sequence[str]) -> str | None:
     return None
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _die_with_parent(parent: int) -> None:
-    """The server dies (SIGKILL) when the launcher does, as systemd's MainPID: a launcher killed from
-    outside (OOM, kill -9) must not leave an orphaned server holding the GPU and the port, which would
-    keep the unit from restarting. SGLang's own children follow the server (they watch their parent)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the launcher died before prctl took effect
-        os._exit(128 + signal.SIGKILL)
-
-
 def _serve(module: str, args: list[str], environ: MutableMapping[str, str]) -> int:
     """The child: run `module` in-process with the key handed over in memory."""
     key = environ.pop(KEY_VARIABLE, "")
@@ -193,7 +181,7 @@ def main(argv: Sequence[str] | None = None, environ: MutableMapping[str, str] | 
     parent = os.getpid()
     child = os.fork()
     if child == 0:  # pragma: no cover (the child's coverage is measured by the process tests)
-        _die_with_parent(parent)
+        die_with_parent(parent)  # kill -9 of the launcher must not orphan a server holding the GPU
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         try:
             code = _serve(args[0], args[1:], environ)

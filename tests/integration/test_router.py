@@ -72,12 +72,17 @@ def routed(
     fleet_ct.run(RESET)
 
 
-def test_the_router_converges_and_passes_its_health_gate(routed: tuple[PlaybookRun, Path]) -> None:
+def test_the_router_converges_and_passes_its_health_gate(
+    routed: tuple[PlaybookRun, Path], fleet_ct: Container
+) -> None:
     run, _ = routed
     assert run.rc == 0, run.explain()
     assert API_KEY not in run.output
     assert httpx.get(f"{ROUTER}/health_generate", timeout=10).status_code == 200
     assert _workers() == 2
+    # systemd waits for the router's grace period (180 s, its default) and 15 s more before SIGKILL
+    props = fleet_ct.unit_props("sglang-router.service", ["TimeoutStopUSec"])
+    assert props["TimeoutStopUSec"] == "3min 15s"
     models = httpx.get(f"{ROUTER}/v1/models", headers=AUTH, timeout=10).json()
     assert models["data"][0]["id"] == "standin-7b"  # its workers' served model name
 
@@ -144,6 +149,21 @@ def test_one_job_through_the_router_exactly_once(routed: tuple[PlaybookRun, Path
     assert outcome.exit_code == ExitCode.OK, outcome.message
     written = [json.loads(line)["custom_id"] for line in out.read_text().splitlines()]
     assert sorted(written) == ids
+
+
+def test_the_preflight_refuses_workers_the_router_cannot_reach(
+    routed: tuple[PlaybookRun, Path], ansible: Ansible, fleet_ct: Container, tmp_path: Path
+) -> None:
+    """The instances bind 127.0.0.1 (sglang_fleet_host's default): a worker address elsewhere is refused
+    before any change, naming both variables (nothing is sent there: the preflight only compares)."""
+    assert routed[0].rc == 0
+    before = fleet_ct.out("sha256sum /etc/sglang-router/router.env")
+    bad = _vars(tmp_path / "vars.json", instances=2, sglang_router_worker_host="10.255.0.7")
+    run = ansible.playbook("playbooks/router.yml", "-e", f"@{bad}")
+    assert run.rc != 0
+    assert "instances bind 127.0.0.1, the router would send to 10.255.0.7" in run.output, run.explain()
+    assert "sglang_fleet_host" in run.output and "sglang_router_worker_host" in run.output
+    assert fleet_ct.out("sha256sum /etc/sglang-router/router.env") == before
 
 
 def test_the_router_follows_the_fleet(

@@ -19,7 +19,7 @@ from support.net import consecutive_free_ports
 from support.paths import REPO
 
 from sglfleet.fleet import check_fleet, endpoints_from_range, load_ledger, record_phase
-from sglfleet.gen import job_verdict
+from sglfleet.gen import job_phase_status, job_verdict
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -165,7 +165,7 @@ def _record(tmp_path: Path, inv: Path, job: dict, max_failures: int) -> tuple[in
 
 
 def _job(status: str, failed: int, max_failures: int = 0) -> dict:
-    """A finished job as generation_job returns it: its phase_done is the package's own verdict."""
+    """A finished job as generation_job returns it: its phase_done and phase_status are the package's."""
     counts = {"total": 600, "done": 600 - failed, "failed": failed}
     manifest = SimpleNamespace(status=status, counts=SimpleNamespace(failed=failed))
     phase_done, _ = job_verdict(
@@ -173,6 +173,7 @@ def _job(status: str, failed: int, max_failures: int = 0) -> dict:
     )
     return {
         "phase_done": phase_done,
+        "phase_status": job_phase_status(phase_done),
         "unit": "sglfleet-gen-x.service",
         "status": status,
         "counts": counts,

@@ -94,6 +94,11 @@ COVERED: list[tuple[str, str, str]] = [
         "a server on port 30000 and a request to it: the README's Try runs the stand-in",
     ),
     ("docs/status.md", r"\$ sglfleet status", "on a fleet host (its ledger, its GPUs)"),
+    (
+        "docs/gpu-check.md",
+        r"make gpu-check|\.venv/bin/python scripts/gpu-check --download",
+        "a machine with an NVIDIA GPU (tests/unit/project/test_gpu_check.py runs gpu-check without one)",
+    ),
     ("docs/status.md", r"ansible-playbook -i inventory/lab", "the lab (tests/integration/test_status.py)"),
     ("docs/doctor.md", r"", "a real inventory's hosts (the lab's: tests/integration/test_doctor.py)"),
     ("docs/fleet.md", r"", "a fleet host"),

@@ -269,12 +269,22 @@ def host_inventory(path: Path, *, name: str = CT_HOST, python: str = MODULE_PYTH
     return path
 
 
-def lab_inventory(directory: Path, *, vmid: int, port: int, host_vars: dict | None = None) -> Path:
+def lab_inventory(
+    directory: Path,
+    *,
+    vmid: int,
+    port: int,
+    host_vars: dict | None = None,
+    more: dict[int, tuple[int, dict]] | None = None,
+) -> Path:
     """inventory/lab with lab CT `vmid` in place of CT 200: the same group_vars and PVE node, that CT
-    alone in group fleet, with `host_vars`."""
+    in group fleet, with `host_vars`; `more` adds other lab CTs to the group after it (vmid: (sshd port,
+    host_vars)), the first host staying the router's (playbooks/router.yml: fleet[0])."""
     directory.mkdir(parents=True, exist_ok=True)
     node = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["pve_hosts"]
     fleet = {"hosts": {f"ct{vmid}": _lab_host(port, **(host_vars or {}))}}
+    for other, (other_port, other_vars) in (more or {}).items():
+        fleet["hosts"][f"ct{other}"] = _lab_host(other_port, **other_vars)
     (directory / "hosts.yml").write_text(yaml.safe_dump({"fleet": fleet, "pve_hosts": node}))
     (directory / "group_vars").symlink_to(INVENTORY / "group_vars", target_is_directory=True)
     return directory

@@ -4,7 +4,9 @@
 
 Listens on COUNT free ports of 127.0.0.1, prints them as one JSON line, then serves
 /health_generate, /model_info, /v1/models and /v1/loads (SGLang 0.5.12 shapes), each answer
-after LATENCY_S seconds. Used to show that probing N instances costs about one round trip.
+after LATENCY_S seconds. ``GET /in_flight`` gives the number of those requests in flight now and at the
+peak, across every port (``POST /in_flight/reset`` starts a new peak): probing N instances at once puts N
+in flight together.
 
 It also answers /v1/chat/completions. MODE says how it treats the first attempt at each distinct
 body (later attempts get a completion): ``ok`` (default) answers it; ``error_object`` answers 200
@@ -84,14 +86,37 @@ HOSTILE: list[bytes] = [
 ]
 
 
-def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Application:
+class InFlight:
+    """The slow requests being answered now, and the most at once, across every port of the process."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+
+def make_app(
+    latency: float, port_index: int, mode: str = "ok", in_flight: InFlight | None = None
+) -> web.Application:
     attempts: list[tuple[float, str]] = []
     bodies: list[object] = []
     seen: set[str] = set()
+    flight = in_flight or InFlight()
 
     async def slow(payload):
-        await asyncio.sleep(latency)
+        flight.now += 1
+        flight.peak = max(flight.peak, flight.now)
+        try:
+            await asyncio.sleep(latency)
+        finally:
+            flight.now -= 1
         return web.Response(status=200) if payload is None else web.json_response(payload)
+
+    async def show_in_flight(_r):
+        return web.json_response({"now": flight.now, "peak": flight.peak})
+
+    async def reset_in_flight(_r):
+        flight.peak = flight.now
+        return web.json_response({"now": flight.now, "peak": flight.peak})
 
     async def health(_r):
         return await slow(None)
@@ -160,6 +185,8 @@ def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Applicati
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/attempts", list_attempts)
     app.router.add_get("/bodies", list_bodies)
+    app.router.add_get("/in_flight", show_in_flight)
+    app.router.add_post("/in_flight/reset", reset_in_flight)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/model_info", model_info)
@@ -170,8 +197,9 @@ def make_app(latency: float, port_index: int, mode: str = "ok") -> web.Applicati
 
 async def main(count: int, latency: float, mode: str = "ok") -> None:
     ports = []
+    in_flight = InFlight()
     for i in range(count):
-        runner = web.AppRunner(make_app(latency, i, mode), access_log=None)
+        runner = web.AppRunner(make_app(latency, i, mode, in_flight), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

@@ -19,8 +19,6 @@ least block + 1 supervised tokens).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import hashlib
 import io
 import itertools
@@ -43,7 +41,7 @@ from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
 from sglfleet.data._outputs import check_outputs, locked, output_labels, written
 from sglfleet.data._report import MergeReport, report_bytes
-from sglfleet.launch import _die_with_parent as launch_die_with_parent
+from sglfleet.host import die_with_parent
 from sglfleet.records import (
     RecordError,
     ResultsSummary,
@@ -132,12 +130,12 @@ def _check_last_line(line: bytes, where: str) -> None:
         ) from None
 
 
-def _die_with_parent(parent: int) -> None:
+def _start_worker(parent: int) -> None:
     """A classification worker ends (SIGKILL) when the merge does, even by kill -9, as the launcher's
-    servers do (sglfleet.launch): an orphaned worker would wait for work for ever. SIGTERM ends it
-    too (the CLI turns SIGTERM into KeyboardInterrupt in the parent, which a worker must not keep)."""
+    servers do: an orphaned worker would wait for work for ever. SIGTERM ends it too (the CLI turns
+    SIGTERM into KeyboardInterrupt in the parent, a handler a forked worker must not keep)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    launch_die_with_parent(parent)
+    die_with_parent(parent)
 
 
 def index_prompts(path: Path, digest: Any = None) -> dict[str, int]:
@@ -237,11 +235,12 @@ _BLANK_LINE = re.compile(rb"\n[ \t\r\x0b\x0c]*\n")  # searched in b"\n" + whole 
 _BLOCK = 1 << 20
 
 
-def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
+def _copy_existing(src: Path, out: BinaryIO, known_sha256: str | None = None) -> tuple[int, str]:
     """Copy the non-blank lines of `src` to `out` (each ending in a newline): (rows, content digest).
+    `known_sha256`: the digest the caller already took (the input record's), not taken again.
 
     Block by block: a block of whole lines without a blank one (the usual case) is written as it is."""
-    digest = hashlib.sha256()
+    digest = _Sha256(known_sha256)
     rows = 0
     rest = b""
     with src.open("rb") as fh:
@@ -264,6 +263,30 @@ def _copy_existing(src: Path, out: BinaryIO) -> tuple[int, str]:
         out.write(rest + b"\n")
         rows += 1
     return rows, digest.hexdigest()
+
+
+class _Sha256:
+    """hashlib.sha256, or the digest already known (then fed nothing: each input is hashed once)."""
+
+    def __init__(self, known: str | None = None) -> None:
+        self._known = known
+        self._sha = None if known else hashlib.sha256()
+
+    def update(self, data: bytes) -> None:
+        if self._sha is not None:
+            self._sha.update(data)
+
+    def hexdigest(self) -> str:
+        return self._known if self._sha is None else self._sha.hexdigest()
+
+
+def _recorded_sha256(inputs: dict[str, Any] | None, label: str, path: Path) -> str | None:
+    """The SHA-256 the input record took of `path` under `label` (`_inputs.input_record`), if any."""
+    entry = ((inputs or {}).get("files") or {}).get(label)
+    if isinstance(entry, dict) and entry.get("path") == os.path.abspath(path):
+        sha = entry.get("sha256")
+        return sha if isinstance(sha, str) else None
+    return None
 
 
 def _count_lines(path: str, first: int, lines: list[bytes], category_field: str | None) -> Counter[str]:
@@ -297,18 +320,6 @@ def _chunks(path: Path, size: int) -> Iterator[tuple[int, list[bytes]]]:
             first += len(lines)
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _die_with_parent(parent: int) -> None:
-    """(a classification worker) SIGKILL when the merge dies, as sglfleet.launch does for a server: a
-    merge killed from outside must not leave its workers classifying a million rows for nobody."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the merge died before prctl took effect
-        os._exit(128 + signal.SIGKILL)
-
-
 def classify_existing(path: Path, category_field: str | None, workers: int | None = None) -> Counter[str]:
     """Category counts of an existing set (JSONL conversations); `DataError` at the first bad row.
 
@@ -323,7 +334,7 @@ def classify_existing(path: Path, category_field: str | None, workers: int | Non
             Counter(),
         )
     counts: Counter[str] = Counter()
-    with ProcessPoolExecutor(workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(os.getpid(),)) as pool:
         pending: deque[Future[Counter[str]]] = deque()
         try:
             for first, lines in _chunks(path, CHUNK_LINES):
@@ -404,7 +415,8 @@ def _merge(
     report = MergeReport(
         str(output), min_completion_tokens=min_completion_tokens, drop_finish_reasons=drop, inputs=inputs
     )
-    prompts_sha = hashlib.sha256()
+    # The input record (--skip-unchanged, --check) hashed the prompts and the existing set already.
+    prompts_sha = _Sha256(_recorded_sha256(inputs, "prompts", prompts))
     offsets = index_prompts(prompts, prompts_sha)
     if generated is not None and generated[1] is not None and prompts_sha.hexdigest() != generated[1]:
         raise DataError(
@@ -417,7 +429,7 @@ def _merge(
     seen: set[str] = set()
     kept: set[str] = set()
     with written([output, *reports]) as (out, *report_files):
-        rows, digest = _copy_existing(existing, out)
+        rows, digest = _copy_existing(existing, out, _recorded_sha256(inputs, "existing set", existing))
         key = cache.key(digest, Format.SHAREGPT, None, category_field)
         cached = cache.load(key)
         if cached is not None and cached[0] == rows:

@@ -11,14 +11,18 @@ from typing import Any
 from sglfleet.doctor import _driver as drv
 from sglfleet.doctor._report import Row, Status
 
-__all__ = ["DiskNeed", "HostExpect", "ModelSource", "check_host", "expected_nodes"]
+__all__ = ["DiskNeed", "HostExpect", "ModelSource", "NodeTable", "check_host", "expected_nodes", "node_table"]
 
 # The NVIDIA character major is fixed (NV_MAJOR_DEVICE_NUMBER, 195): /dev/nvidiaN is 195:N and
 # /dev/nvidiactl 195:255; nvidia-uvm's major is dynamic, read from /proc/devices, its nodes :0 and :1
 # (nvidia-modprobe 610.43.03 nvidia-modprobe-utils.c; the lab's node runs Debian's binary against them).
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
-# The names /proc/devices gives the 195 region (current modules: "nvidia"; older: "nvidia-frontend").
+# The names /proc/devices gives the 195 region: nvidia.ko registers it as "nvidia" and "nvidiactl"
+# (open-gpu-kernel-modules kernel-open/nvidia/nv.c nvidia_init_module: nv_register_chrdev(0, ..., "nvidia")
+# and nv_register_chrdev(255, 1, ..., "nvidiactl")); drivers before the open modules as "nvidia-frontend"
+# (nv-frontend.c). nvidia-uvm.ko takes a dynamic major named "nvidia-uvm" (nvidia-modprobe reads it the
+# same way, nvidia_get_chardev_major).
 NVIDIA_NAMES = ("nvidia", "nvidia-frontend")
 UVM_NAME = "nvidia-uvm"
 GIB = 1024**3
@@ -60,13 +64,47 @@ class HostExpect:
     own_units: str = r"^sglang@\d+\.service$"
 
 
-def expected_nodes(gpu_count: int, uvm_major: int | None) -> dict[str, tuple[int | None, int]]:
-    """{name: (major, minor)} of the nodes a host with `gpu_count` GPUs needs."""
-    nodes: dict[str, tuple[int | None, int]] = {f"nvidia{i}": (NVIDIA_MAJOR, i) for i in range(gpu_count)}
-    nodes["nvidiactl"] = (NVIDIA_MAJOR, NVIDIACTL_MINOR)
+def expected_nodes(
+    gpu_count: int, uvm_major: int | None, nvidia_major: int | None = NVIDIA_MAJOR
+) -> dict[str, tuple[int | None, int]]:
+    """{name: (major, minor)} of the nodes a host with `gpu_count` GPUs needs (a major None: /proc/devices
+    does not list the module's)."""
+    nodes: dict[str, tuple[int | None, int]] = {f"nvidia{i}": (nvidia_major, i) for i in range(gpu_count)}
+    nodes["nvidiactl"] = (nvidia_major, NVIDIACTL_MINOR)
     nodes["nvidia-uvm"] = (uvm_major, 0)
     nodes["nvidia-uvm-tools"] = (uvm_major, 1)
     return nodes
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    """A PVE node's device nodes as they are against what they must be (role pve_host's probe), each as
+    `"<path> <major>:<minor>"`, a major /proc/devices does not list written `?`."""
+
+    majors: dict[str, str]  # {"nvidia": "195", "nvidia-uvm": "511" or "?"}
+    expected: list[str]
+    found: list[str]  # the character devices among the paths stat looked at
+    wrong: list[str]  # the paths missing, not character devices, or of another major:minor
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"majors": self.majors, "expected": self.expected, "found": self.found, "wrong": self.wrong}
+
+
+def node_table(gpu_count: int, majors: Mapping[str, int], stat_lines: Sequence[str]) -> NodeTable:
+    """What role pve_host concludes from /proc/devices' character majors (`majors`, as `char_majors`
+    reads them) and `stat -L --format='%n %Hr:%Lr %F'` of the node paths: the same `expected_nodes` the
+    doctor checks against."""
+    nvidia = next((majors[name] for name in NVIDIA_NAMES if name in majors), None)
+    uvm = majors.get(UVM_NAME)
+    expected = [
+        f"/dev/{name} {'?' if major is None else major}:{minor}"
+        for name, (major, minor) in expected_nodes(gpu_count, uvm, nvidia).items()
+    ]
+    suffix = " character special file"
+    found = [line[: -len(suffix)] for line in stat_lines if line.endswith(suffix)]
+    wrong = [want.split(" ")[0] for want in expected if want not in found]
+    shown = {"nvidia": nvidia, UVM_NAME: uvm}
+    return NodeTable({k: "?" if v is None else str(v) for k, v in shown.items()}, expected, found, wrong)
 
 
 def _fix_gpu(role: str) -> str:

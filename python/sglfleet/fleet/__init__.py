@@ -7,6 +7,7 @@
 - `backend`: the attention backend and torch's CUDA runtime for a host's compute capability.
 - `instances`: lay out the SGLang instances, observe the host, plan what to start, roll and retire.
 - `wheels`: what the pinned SGLang wheels need of the interpreter and glibc (`install_problems`).
+- `router`: take instances out of SGLang's router (`/workers`) before they stop, put them back after.
 - `training`: find the training job (its units and matching processes) that holds the GPUs.
 """
 
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         loaded_rows,
     )
     from sglfleet.fleet._resume import look as look_training
+    from sglfleet.fleet._router import RouterError, RouterWorker, RouterWorkers
     from sglfleet.fleet._status import (
         FleetStatus,
         gather_status,

@@ -16,13 +16,22 @@ SGLang's router (`sglang-router`) answers the same probe in front of the fleet: 
 ``/health_generate``, ``/v1/models`` and the old names ``/get_model_info`` and ``/get_server_info``
 but 404 on ``/model_info``, ``/server_info`` and ``/v1/loads``; a 404 on ``/model_info`` is asked
 again at ``/get_model_info``, and the load fields stay unknown.
+
+A router is told by its ``/readiness``, asked with the rest (SGLang 0.5.12 has no such route: 404).
+In sglang-router 0.3.2 (sgl-router/src/server.rs, ``async fn readiness``) it answers 200
+``{"status": "ready", "healthy_workers": N, "total_workers": M}`` while at least one registered
+worker is healthy, else 503 ``{"status": "not ready", "reason": "insufficient healthy workers"}``;
+``/liveness`` and ``/health`` (``async fn health`` calls ``liveness()``) answer 200 "OK" as long as the
+process runs, workers or none. So a router is healthy only when it is ready (``router``: True,
+``reason`` "not ready" otherwise, the workers counted in ``detail``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -63,6 +72,7 @@ class InstanceHealth(BaseModel):
     detail: str | None = None
     # /model_info answered 401: the API key is wrong or missing (said in detail; not in the table's JSON)
     key_refused: bool = Field(default=False, exclude=True)
+    router: bool = False  # an sglang-router (it answers /readiness)
 
 
 class FleetHealth(BaseModel):
@@ -171,6 +181,23 @@ async def _get(
         return resp.status, None
 
 
+async def _get_json_any(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
+    """GET ``url``: its status and its JSON body, whatever the status (None when not JSON)."""
+    async with session.get(url) as resp:
+        raw = await resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:
+            return resp.status, None
+
+
+def _readiness_note(body: dict[str, Any]) -> str:
+    """A router's /readiness body in words."""
+    if body.get("status") == "ready":
+        return f"router: {body.get('healthy_workers')}/{body.get('total_workers')} workers healthy"
+    return f"router not ready: {body.get('reason') or body.get('status')}"
+
+
 def _failure(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return "timeout"
@@ -194,11 +221,12 @@ async def probe_instance(
     """Probe one instance: the health, model and load endpoints at once."""
     auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     start = time.monotonic()
-    health, info, models, loads = await asyncio.gather(
+    health, info, models, loads, ready = await asyncio.gather(
         _get(session, f"{endpoint.url}/health_generate", {}, want_json=False),
         _get(session, f"{endpoint.url}/model_info", auth, want_json=True),
         _get(session, f"{endpoint.url}/v1/models", auth, want_json=True),
         _get(session, f"{endpoint.url}/v1/loads", auth, want_json=True),
+        _get_json_any(session, f"{endpoint.url}/readiness"),
         return_exceptions=True,
     )
     if not isinstance(info, BaseException) and info[0] == 404:
@@ -228,6 +256,13 @@ async def probe_instance(
     fields.setdefault("model", fields.get("model_path"))
     if not isinstance(loads, BaseException) and loads[0] == 200:
         fields.update(parse_loads(loads[1]))
+    router = not isinstance(ready, BaseException) and ready[0] in (200, 503) and isinstance(ready[1], dict)
+    if router:
+        assert not isinstance(ready, BaseException)
+        fields["router"] = True
+        notes.append(_readiness_note(ready[1]))
+        if ready[0] == 503 and code == 200:
+            code = 503
     if code == 200:
         served = {fields.get("model"), fields.get("model_path")} - {None}
         if expected_model is not None and expected_model not in served:
@@ -237,7 +272,7 @@ async def probe_instance(
         else:
             reason = None
     elif code == 503:
-        reason = "starting"
+        reason = "not ready" if router else "starting"
     else:
         reason = f"http {code}"
     return InstanceHealth(
@@ -279,15 +314,18 @@ async def wait_fleet_async(
     probe_timeout: float = DEFAULT_TIMEOUT_S,
     wait: float = 0.0,
     interval: float = DEFAULT_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> FleetHealth:
-    """Probe until every instance is healthy or `wait` seconds have passed (0: probe once)."""
+    """Probe until every instance is healthy or `wait` seconds have passed (0: probe once); `clock` and
+    `sleep` measure and spend the wait (tests give a fake pair)."""
     if not endpoints:
         raise ValueError("no instances to probe")
     if probe_timeout <= 0 or wait < 0 or interval <= 0:
         raise ValueError(
             f"need timeout > 0, wait >= 0, interval > 0 (got {probe_timeout}, {wait}, {interval})"
         )
-    start = time.monotonic()
+    start = clock()
     deadline = start + wait
     attempts = 0
     while True:
@@ -296,7 +334,7 @@ async def wait_fleet_async(
             endpoints, api_key=api_key, expected_model=expected_model, probe_timeout=probe_timeout
         )
         healthy = sum(r.healthy for r in rows)
-        now = time.monotonic()
+        now = clock()
         if healthy == len(rows) or now + interval > deadline:
             return FleetHealth(
                 instances=tuple(rows),
@@ -305,7 +343,7 @@ async def wait_fleet_async(
                 waited_s=round(now - start, 3),
                 attempts=attempts,
             )
-        await asyncio.sleep(interval)
+        await sleep(interval)
 
 
 def check_fleet(
@@ -316,6 +354,8 @@ def check_fleet(
     timeout: float = DEFAULT_TIMEOUT_S,
     wait: float = 0.0,
     interval: float = DEFAULT_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> FleetHealth:
     """Blocking `wait_fleet_async` (for the CLI and the Ansible module)."""
     return asyncio.run(
@@ -326,5 +366,7 @@ def check_fleet(
             probe_timeout=timeout,
             wait=wait,
             interval=interval,
+            clock=clock,
+            sleep=sleep,
         )
     )

@@ -192,10 +192,14 @@ class FleetPlan(BaseModel):
     kept_gpus: tuple[int, ...]
     generation_jobs: tuple[str, ...]
     refused: str = ""
+    # each instance's port (SGLANG_FLEET_PORT of its environment file), for the router's worker URLs
+    ports: dict[int, int] = {}
 
     def as_dict(self) -> dict[str, Any]:
         data = self.model_dump()
         data["stopped"] = [i for i in self.instances if i not in self.keep]
+        data["stopped_ports"] = [self.ports[i] for i in data["stopped"] if i in self.ports]
+        del data["ports"]
         data["units_to_stop"] = [f"sglang@{i}.service" for i in self.to_stop]
         return data
 
@@ -221,6 +225,21 @@ def instance_gpus(config_dir: Path, indices: Sequence[int]) -> list[int]:
             if word.strip().isdigit():
                 gpus.add(int(word))
     return sorted(gpus)
+
+
+def instance_ports(config_dir: Path, indices: Sequence[int]) -> dict[int, int]:
+    """Each instance's port, as its environment file gives it (SGLANG_FLEET_PORT); instances without a
+    readable file or port are left out."""
+    ports: dict[int, int] = {}
+    for i in indices:
+        try:
+            values = systemd.read_env_file(config_dir / f"instance-{i}.env").values
+        except (OSError, systemd.EnvFileError):
+            continue
+        value = values.get("SGLANG_FLEET_PORT", "").strip()
+        if value.isdigit():
+            ports[i] = int(value)
+    return ports
 
 
 def fleet_plan(
@@ -269,6 +288,7 @@ def fleet_plan(
         kept_gpus=tuple(instance_gpus(config_dir, sorted(set(keep)))),
         generation_jobs=tuple(jobs),
         refused=refused,
+        ports=instance_ports(config_dir, instances),
     )
 
 

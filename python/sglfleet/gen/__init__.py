@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sglfleet.gen._unit import decide as decide_job
     from sglfleet.gen._unit import journal_tail as job_journal_tail
     from sglfleet.gen._unit import observe as observe_job
+    from sglfleet.gen._unit import phase_status as job_phase_status
     from sglfleet.gen._unit import start as start_job
     from sglfleet.gen._unit import stop as stop_job
     from sglfleet.gen._unit import summary as job_summary

@@ -225,10 +225,13 @@ async def post(
     return Attempt(Kind.PERMANENT, status, parsed, raw, message=message)
 
 
-async def probe_health(session: aiohttp.ClientSession, base_url: str, seconds: float) -> bool:
-    """True when ``base_url/health`` answers 200 (SGLang: the engine can generate)."""
+async def probe_health(
+    session: aiohttp.ClientSession, base_url: str, seconds: float, path: str = "/health"
+) -> bool:
+    """True when ``base_url + path`` answers 200 (SGLang's /health: the engine can generate; a
+    router's /readiness: at least one worker is healthy)."""
     try:
-        async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=seconds)) as resp:
+        async with session.get(base_url + path, timeout=aiohttp.ClientTimeout(total=seconds)) as resp:
             await resp.read()
             return resp.status == 200
     except (TimeoutError, aiohttp.ClientError, OSError):

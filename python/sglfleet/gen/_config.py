@@ -195,6 +195,17 @@ class GenerateConfig:
             help="give up when no endpoint answers this long (%(default)s)",
         ),
     )
+    # seconds the preflight waits while no endpoint is ready but one answers "not yet" (a router
+    # whose workers are still registering: /readiness 503; an instance starting: 503)
+    start_timeout: float = field(
+        default=120.0,
+        metadata=_meta(
+            kind="float",
+            parse=non_negative_float,
+            help="seconds to wait at the start while no endpoint is ready but one says not yet: a router "
+            "with no healthy worker (/readiness 503), an instance starting (%(default)s; 0: do not wait)",
+        ),
+    )
     # seconds the preflight (and each re-probe) waits for an endpoint
     probe_timeout: float = field(
         default=10.0,

@@ -24,6 +24,17 @@ Time our own process did not run (a SIGSTOP of `sglfleet generate`, found by :cl
 counts against no endpoint (:meth:`EndpointPool.forgive`).
 An endpoint that answers 401/403 is taken out for good (a key does not fix itself).
 
+A request can be overdue on its own, without its endpoint stalling as a whole: behind a router (one
+endpoint for the pool) a frozen worker holds only the requests the router gave it. :meth:`overdue`
+judges one request against the latencies this job has seen, per token of ``max_tokens`` when the
+request has one (an EWMA of latency / max_tokens, times ``stall_factor``, at least ``stall_min``),
+while the job still gets answers, or past ``QUIET_FACTOR`` times that limit when nothing answers (a
+router may have sent every request in flight to the one worker that froze); the runner then
+re-sends it (see :mod:`sglfleet.gen._requests`).
+
+Time comes from ``clock`` (the running loop's by default), so that tests drive stalls and overdue
+requests with a fake clock.
+
 With ``watch_interval``, the endpoints that are up are asked too, every ``watch_interval`` seconds:
 one that does not answer 200 is taken out the same way. That is how a draining SGLang is seen: on
 SIGTERM, SGLang 0.5.12 keeps accepting and answering requests and only its ``/health*`` answer 503
@@ -76,8 +87,10 @@ class Endpoint:
 
 
 Probe = Callable[[Endpoint], Awaitable[bool]]
+Clock = Callable[[], float]
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 LATENCY_WEIGHT = 0.2  # of the newest sample in the moving average
+QUIET_FACTOR = 4.0  # an overdue request while nothing answers: judged past this many times its limit
 
 
 class NoEndpoint(RuntimeError):
@@ -130,6 +143,7 @@ class EndpointPool:
         stall_min: float = 2.0,
         watch_interval: float | None = None,
         affinity: PrefixAffinity | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one endpoint is needed")
@@ -154,6 +168,15 @@ class EndpointPool:
         self._clock = 0.0  # a counter, not time: orders releases for tie-breaking
         self._closed = False
         self._watching = False  # the watchers are started (by the first acquire)
+        self._time = clock  # None: the running loop's clock
+        # the job's latencies, whatever the endpoint: for requests overdue on their own
+        self.per_token: float | None = None  # EWMA of latency / max_tokens (requests that set it)
+        self.per_request: float | None = None  # EWMA of latency (every request)
+        self.last_answer: float | None = None  # when the job last got an answer
+
+    def now(self) -> float:
+        """The pool's time: its clock's, else the running loop's."""
+        return self._time() if self._time is not None else asyncio.get_running_loop().time()
 
     @property
     def capacity(self) -> int:
@@ -221,7 +244,6 @@ class EndpointPool:
     async def acquire(self, avoid: Endpoint | None = None, body: bytes | None = None) -> Endpoint:
         """Wait for a free slot on a healthy endpoint and take it. With prefix affinity, ``body`` (the
         request's JSON) says which prompt prefixes it carries."""
-        loop = asyncio.get_running_loop()
         if not self._watching:
             self._start_watchers()
         all_down_since: float | None = None
@@ -236,14 +258,14 @@ class EndpointPool:
                 if keys:
                     self.affinity.record(keys, ep.index)  # type: ignore[union-attr]
                 if ep.in_flight == 0:
-                    ep.busy_since = loop.time()
+                    ep.busy_since = self.now()
                 ep.in_flight += 1
                 ep.sent += 1
                 return ep
             timeout = None
             if not any(e.up for e in self.endpoints):
-                all_down_since = all_down_since or loop.time()
-                timeout = self.down_timeout - (loop.time() - all_down_since)
+                all_down_since = all_down_since or self.now()
+                timeout = self.down_timeout - (self.now() - all_down_since)
                 if timeout <= 0:
                     raise NoEndpoint(f"no endpoint has answered for {self.down_timeout:g} s")
                 refused = [e.url for e in self.endpoints if e.auth_failed]
@@ -254,7 +276,7 @@ class EndpointPool:
                     )
             else:
                 all_down_since = None
-            fut: asyncio.Future[None] = loop.create_future()
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
             if wait_for is not None:
                 self._wants[fut] = wait_for
@@ -308,13 +330,30 @@ class EndpointPool:
                 fut.set_result(None)
                 n -= 1
 
-    def release(self, ep: Endpoint, outcome: Release, latency: float | None = None) -> None:
-        """Give a slot back, with what became of the attempt (:class:`Release`)."""
+    def detach(self, ep: Endpoint) -> None:
+        """An overdue request stops counting against ``ep``'s slots (it stays in flight, its
+        re-send needs a slot: behind a router every slot may be held by requests a frozen worker
+        holds). Its :meth:`release` then passes ``held=False``."""
         ep.in_flight -= 1
+        if ep.up:
+            self._wake_for(ep)
+
+    def release(
+        self,
+        ep: Endpoint,
+        outcome: Release,
+        latency: float | None = None,
+        max_tokens: int | None = None,
+        held: bool = True,
+    ) -> None:
+        """Give a slot back, with what became of the attempt (:class:`Release`). ``held``: False when
+        the slot was already given back (:meth:`detach`)."""
+        if held:
+            ep.in_flight -= 1
         self._clock += 1
         ep.last_release = self._clock
         if latency is not None and outcome in (Release.OK, Release.ERROR):
-            self._answered(ep, latency)
+            self._answered(ep, latency, max_tokens)
         if outcome is Release.AUTH:
             ep.errors += 1
             if not ep.auth_failed:
@@ -336,9 +375,12 @@ class EndpointPool:
         if ep.up:
             self._wake_for(ep)
 
-    def _answered(self, ep: Endpoint, latency: float) -> None:
-        ep.last_done = asyncio.get_running_loop().time()
+    def _answered(self, ep: Endpoint, latency: float, max_tokens: int | None = None) -> None:
+        ep.last_done = self.last_answer = self.now()
         ep.latency = latency if ep.latency is None else ep.latency + LATENCY_WEIGHT * (latency - ep.latency)
+        self.per_request = _ewma(self.per_request, latency)
+        if max_tokens:
+            self.per_token = _ewma(self.per_token, latency / max_tokens)
         ep.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS, latency)] += 1
         ep.latency_sum += latency
         ep.latency_count += 1
@@ -372,6 +414,34 @@ class EndpointPool:
         for ep in self.endpoints:
             ep.last_done += seconds
             ep.busy_since += seconds
+        if self.last_answer is not None:
+            self.last_answer += seconds
+
+    def overdue_limit(self, max_tokens: int | None) -> float | None:
+        """Seconds after which a request with this ``max_tokens`` is overdue; None while the job has
+        no latency to judge by."""
+        if max_tokens and self.per_token is not None:
+            expected = self.per_token * max_tokens
+        elif self.per_request is not None:
+            expected = self.per_request
+        else:
+            return None
+        return max(self.stall_min, self.stall_factor * expected)
+
+    def overdue(self, started: float, max_tokens: int | None, now: float, patience: float = 1.0) -> bool:
+        """True when a request sent at ``started`` has waited past its limit (times ``patience``)
+        while the job got an answer within that limit (the rest of the fleet moves; this one does not)."""
+        limit = self.overdue_limit(max_tokens)
+        if limit is None:
+            return False
+        limit *= patience
+        if now - started <= limit:
+            return False
+        if self.last_answer is not None and now - self.last_answer < limit:
+            return True
+        # all quiet: slow work, or every request in flight on one frozen worker (a router's
+        # cache_aware may send a whole shared prefix to one): judged so only much later
+        return now - started > QUIET_FACTOR * limit
 
     def mark_stalled(self, ep: Endpoint) -> None:
         """Take ``ep`` out as stalled and wake the requests in flight on it (they go elsewhere too)."""
@@ -403,7 +473,7 @@ class EndpointPool:
                 ep.up = True
                 ep.failures_in_row = 0
                 ep.stalled = asyncio.Event()
-                ep.last_done = ep.busy_since = asyncio.get_running_loop().time()
+                ep.last_done = ep.busy_since = self.now()
                 self._wake(self.concurrency)
                 return
             delay = min(delay * 2, self.probe_interval_max)
@@ -439,3 +509,7 @@ class EndpointPool:
         for task in probers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _ewma(average: float | None, sample: float) -> float:
+    return sample if average is None else average + LATENCY_WEIGHT * (sample - average)

@@ -271,6 +271,7 @@ class _Prepared:
     resumed: Resumed
     pending: list[int]
     live: list[str]  # the endpoints that answered the preflight, in the order given
+    routers: set[str] = field(default_factory=set)  # those that are sglang-routers (/readiness)
 
 
 async def _prepare(
@@ -282,12 +283,12 @@ async def _prepare(
     scan = await _scan(config, previous)
     _unless_interrupted(interrupt)
     _refuse_unless_fit(config, scan, previous)
-    live = await _preflight(config)
+    live, routers = await _preflight(config, interrupt)
     _unless_interrupted(interrupt)
     store, resumed, pending = await _open_output(config, scan)
     resources.callback(store.close)
     _unless_interrupted(interrupt)
-    return _Prepared(scan, previous, store, resumed, pending, live)
+    return _Prepared(scan, previous, store, resumed, pending, live, routers)
 
 
 def _unless_interrupted(interrupt: _Interrupt) -> None:
@@ -405,21 +406,36 @@ def _check_previous(
     )  # exit 6 prints `next: ... --force` (a changed input); exit 2 (other parameters) none
 
 
-async def _preflight(config: GenerateConfig) -> list[str]:
-    """Probe every endpoint at once with the fleet's health probe: the ones that answer; refused when
-    none does, or when every one that does refuses the key."""
+NOT_YET = frozenset({"starting", "not ready"})  # answers of an endpoint that will be ready soon
+START_PROBE_INTERVAL = 2.0  # seconds between preflight probes while waiting (as `sglfleet health --wait`)
+
+
+async def _preflight(config: GenerateConfig, interrupt: _Interrupt) -> tuple[list[str], set[str]]:
+    """Probe every endpoint at once with the fleet's health probe: the ones that answer (and which of
+    them are routers); refused when none does, or when every one that does refuses the key. While
+    none is ready but one says "not yet" (a router whose workers are still registering answers
+    /readiness 503), probe again for up to ``start_timeout``."""
     from sglfleet.fleet import endpoints_from_urls, probe_fleet_async
 
-    rows = await probe_fleet_async(
-        endpoints_from_urls(config.endpoints), api_key=config.api_key, probe_timeout=config.probe_timeout
-    )
-    live = [r.url for r in rows if r.healthy]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.start_timeout
+    while True:
+        rows = await probe_fleet_async(
+            endpoints_from_urls(config.endpoints), api_key=config.api_key, probe_timeout=config.probe_timeout
+        )
+        live = [r.url for r in rows if r.healthy]
+        waiting = not live and any(r.reason in NOT_YET for r in rows)
+        if not waiting or loop.time() + START_PROBE_INTERVAL > deadline or interrupt.signalled:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(interrupt.stop.wait(), START_PROBE_INTERVAL)
     if not live:
-        causes = "; ".join(f"{r.url}: {r.reason}" for r in rows)
+        causes = "; ".join(f"{r.url}: {r.reason}" + (f" ({r.detail})" if r.detail else "") for r in rows)
         raise _refuse(
             ExitCode.NO_ENDPOINT,
             f"no endpoint answers /health_generate ({causes}); nothing was sent, rerun when the fleet is up",
         )
+    routers = {r.url for r in rows if r.router}
     denied = [r for r in rows if r.healthy and r.key_refused]
     if len(denied) == len(live):
         raise _refuse(
@@ -427,7 +443,7 @@ async def _preflight(config: GenerateConfig) -> list[str]:
             f"401 Unauthorized from {denied[0].url}/model_info: check the API key "
             f"({'none was given' if not config.api_key else 'the one given is refused'}); nothing was sent",
         )
-    return live
+    return live, routers
 
 
 def _has_content(path: Path) -> bool:
@@ -457,17 +473,24 @@ async def _execute(
         prepared.store.summary,
     )
     reporter = reporter or LogReporter(sys.stdout)
-    # a connection per request slot, and one each for an endpoint's health watcher and prober: a
-    # request never waits for a connection (aiohttp's queue of waiters costs CPU per release)
-    session = client.make_session((config.concurrency + 2) * len(config.endpoints), config.api_key)
+    # a connection per request slot, as many again for overdue requests whose slot was given back
+    # (EndpointPool.detach: a frozen worker behind a router may hold every slot), and one each for
+    # an endpoint's health watcher and prober: a request or a probe never waits for a connection
+    # (aiohttp's queue of waiters costs CPU per release)
+    session = client.make_session((2 * config.concurrency + 2) * len(config.endpoints), config.api_key)
     resources.push_async_callback(session.close)
-    pool = _make_pool(config, session, prepared.live)
+    pool = _make_pool(config, session, prepared.live, prepared.routers)
     resources.push_async_callback(pool.aclose)
     metrics = await _start_metrics(config, stats, pool)
     if metrics is not None:
         resources.push_async_callback(metrics.cleanup)
     runner = RequestRunner(
-        _policy(config), store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop
+        RequestPolicy.of(config),
+        store=prepared.store,
+        stats=stats,
+        pool=pool,
+        session=session,
+        stop=interrupt.stop,
     )
     _write_first_manifest(writer, stats, pool)
     await _send(config, prepared, runner, writer, reporter, force=interrupt.force)
@@ -477,19 +500,6 @@ async def _execute(
     if metrics is not None:
         await _linger(config, interrupt)
     return Outcome(code, msg, manifest=m)
-
-
-def _policy(config: GenerateConfig) -> RequestPolicy:
-    return RequestPolicy(
-        request_timeout=config.request_timeout,
-        max_retries=config.max_retries,
-        backoff_base=config.backoff_base,
-        backoff_cap=config.backoff_cap,
-        max_resends=config.max_resends,
-        grace=config.grace,
-        keep_reasoning=config.params.keep_reasoning,
-        source=Path(config.input),
-    )
 
 
 def _stats_at_start(prepared: _Prepared) -> Stats:
@@ -627,11 +637,17 @@ async def _linger(config: GenerateConfig, interrupt: _Interrupt) -> None:
             await asyncio.wait_for(interrupt.stop.wait(), config.metrics_linger)
 
 
-def _make_pool(config: GenerateConfig, session: aiohttp.ClientSession, live: list[str]) -> EndpointPool:
-    """The endpoints, those that did not answer the preflight taken out (the prober waits for them)."""
+def _make_pool(
+    config: GenerateConfig, session: aiohttp.ClientSession, live: list[str], routers: set[str] = frozenset()
+) -> EndpointPool:
+    """The endpoints, those that did not answer the preflight taken out (the prober waits for them).
+    A router is watched and probed at its /readiness: its /health says 200 with no worker up."""
 
     async def probe(ep: Endpoint) -> bool:
-        return await client.probe_health(session, ep.url, min(config.probe_timeout, config.request_timeout))
+        path = "/readiness" if ep.url in routers else "/health"
+        return await client.probe_health(
+            session, ep.url, min(config.probe_timeout, config.request_timeout), path
+        )
 
     pool = EndpointPool(
         config.endpoints,

@@ -32,6 +32,7 @@ class Stats:
     failed: int = 0
     retries: int = 0
     resent: int = 0  # requests sent to a second endpoint because theirs stalled
+    overdue: int = 0  # requests re-sent because their own answer was overdue (no endpoint stalled)
     metrics_port: int | None = None  # where --metrics-port listens, once it does
     prompt_tokens: int = 0
     completion_tokens: int = 0

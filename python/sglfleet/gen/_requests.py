@@ -5,6 +5,10 @@ prefix affinity); a worker takes the next request and sees it through: an attemp
 with the fewest in flight, retries with backoff (another endpoint each time), every turn of a
 conversation with ``--turns all``, then its result or its error written to the output. A request
 whose endpoint stalls is sent to another endpoint too; the first answer wins and is written once.
+So is a request that is overdue on its own (:meth:`EndpointPool.overdue`: the job's latencies for its
+``max_tokens``, while other answers keep coming), which is what a frozen worker behind a router looks
+like: the re-send goes to another endpoint where there is one, else through the router again, and a
+re-send overdue in turn is given up and sent again, at most ``max_resends`` times.
 A stop (a signal, a fatal error) ends the sending; the requests in flight get the grace period.
 """
 
@@ -18,7 +22,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -29,6 +33,9 @@ from sglfleet.gen._dispatch import Endpoint, EndpointPool, KeyRefused, NoEndpoin
 from sglfleet.gen._formats import InputChanged, Request
 from sglfleet.gen._progress import Stats
 from sglfleet.gen._store import OutputStore
+
+if TYPE_CHECKING:
+    from sglfleet.gen._config import GenerateConfig
 
 
 def is_disk_full(exc: OSError) -> bool:
@@ -56,6 +63,20 @@ class RequestPolicy:
     keep_reasoning: bool  # the answer's reasoning_content kept in the conversation written
     source: Path  # the input, named when it cannot be read
 
+    @classmethod
+    def of(cls, config: GenerateConfig) -> RequestPolicy:
+        """The policy of a job's settings."""
+        return cls(
+            request_timeout=config.request_timeout,
+            max_retries=config.max_retries,
+            backoff_base=config.backoff_base,
+            backoff_cap=config.backoff_cap,
+            max_resends=config.max_resends,
+            grace=config.grace,
+            keep_reasoning=config.params.keep_reasoning,
+            source=Path(config.input),
+        )
+
 
 @dataclass(eq=False)
 class _Ticket:
@@ -64,6 +85,9 @@ class _Ticket:
     url: str
     body: bytes
     task: asyncio.Task[Any]
+    started: float = 0.0  # pool time it was sent
+    max_tokens: int | None = None
+    detached: bool = False  # overdue: its slot was given back (EndpointPool.detach)
     settled: bool = False  # the waiting task has its answer (or gave up): nothing more to do
     hedge: asyncio.Task[None] | None = None
     resends: int = 0  # times it was sent to another endpoint because the one it waited on stalled
@@ -86,6 +110,23 @@ def _release_of(a: client.Attempt) -> Release:
     if a.kind is client.Kind.AUTH:
         return Release.AUTH
     return Release.OK if a.kind is client.Kind.OK else Release.ERROR
+
+
+def max_tokens_of(body: bytes) -> int | None:
+    """The ``max_tokens`` of a JSON request body, read without parsing it (None when absent)."""
+    i = body.find(b'"max_tokens"')
+    if i < 0:
+        return None
+    j = body.find(b":", i + 12)
+    if j < 0:
+        return None
+    j += 1
+    while j < len(body) and body[j] in b" \t":
+        j += 1
+    k = j
+    while k < len(body) and 48 <= body[k] <= 57:
+        k += 1
+    return int(body[j:k]) if k > j else None
 
 
 def _usage(body: Any) -> tuple[int, int]:
@@ -283,6 +324,7 @@ class RequestRunner:
     async def _complete(self, req: Request, url: str, body: bytes) -> client.Attempt | None:
         """One completion with retries; None when it failed for good (recorded as a failure)."""
         attempts = 0
+        waits = 0  # attempts not counted: their endpoint is down (the next acquire waits for one)
         avoid: Endpoint | None = None
         while not self.stop.is_set():
             a, ep = await self._attempt_or_its_resend(url, body, avoid)
@@ -291,6 +333,11 @@ class RequestRunner:
             if a.kind is client.Kind.OK:
                 return a
             avoid = ep  # the next attempt goes elsewhere where it can
+            if a.endpoint_down and not ep.up and waits < self.policy.max_retries:
+                # taken out (a router with no healthy worker: /readiness 503): wait for an endpoint,
+                # up to --down-timeout, rather than spend this request's retries
+                waits += 1
+                continue
             if a.kind is client.Kind.AUTH:
                 self._halt_unless_an_endpoint_takes_the_key(ep, a)
                 continue  # another endpoint may take the key; not this request's fault
@@ -333,11 +380,12 @@ class RequestRunner:
         if self.stop.is_set():
             self.pool.release(ep, Release.CANCELLED)
             return None, ep
-        ticket = _Ticket(url, body, asyncio.current_task())  # type: ignore[arg-type]
+        max_tokens = max_tokens_of(body)
+        ticket = _Ticket(url, body, asyncio.current_task(), self.pool.now(), max_tokens)  # type: ignore[arg-type]
         waiting = self.tickets.setdefault(ep, set())
         waiting.add(ticket)
         try:
-            a = await self._post(ep, url, body)
+            a = await self._post(ep, url, body, max_tokens, ticket)
             ticket.settled = True
             return a, ep
         except asyncio.CancelledError:
@@ -354,20 +402,39 @@ class RequestRunner:
     # -- stalled endpoints --------------------------------------------------------------------
 
     async def resend_stalled(self, interval: float) -> None:
-        """Every ``interval`` s: take stalled endpoints out and re-send their requests elsewhere."""
-        loop = asyncio.get_running_loop()
-        watch = PauseWatch(interval, loop.time())
+        """Every ``interval`` s: :meth:`resend_tick`. Time our own process did not run (SIGSTOP, found by
+        :class:`PauseWatch`) is first forgiven: nobody could answer us meanwhile, so it counts against no
+        endpoint and no request."""
+        watch = PauseWatch(interval, self.pool.now())
         while True:
             await asyncio.sleep(interval)
-            now = loop.time()
-            paused = watch.tick(now)  # we were stopped (SIGSTOP): nobody could answer us meanwhile
+            now = self.pool.now()
+            paused = watch.tick(now)
             if paused:
                 self.pool.forgive(paused)
-            for ep in self.pool.find_stalled(now):
-                self.pool.mark_stalled(ep)
-                for ticket in list(self.tickets.get(ep, ())):
-                    if ticket.hedge is None and not ticket.settled:
-                        ticket.hedge = asyncio.create_task(self._resend_elsewhere(ticket, ep))
+                for tickets in self.tickets.values():
+                    for ticket in tickets:
+                        ticket.started += paused
+            self.resend_tick(now)
+
+    def resend_tick(self, now: float) -> None:
+        """Take stalled endpoints out and re-send their requests elsewhere; re-send the requests
+        overdue on their own (:meth:`EndpointPool.overdue`), each once at a time."""
+        for ep in self.pool.find_stalled(now):
+            self.pool.mark_stalled(ep)
+            for ticket in list(self.tickets.get(ep, ())):
+                if ticket.hedge is None and not ticket.settled:
+                    ticket.hedge = asyncio.create_task(self._resend_elsewhere(ticket, ep))
+        overdue = self.pool.overdue
+        for ep, tickets in self.tickets.items():
+            for ticket in tickets:
+                if ticket.hedge is not None or ticket.settled:
+                    continue
+                if overdue(ticket.started, ticket.max_tokens, now):
+                    self.stats.overdue += 1
+                    ticket.detached = True
+                    self.pool.detach(ep)
+                    ticket.hedge = asyncio.create_task(self._resend_elsewhere(ticket, ep))
 
     async def _resend_elsewhere(self, ticket: _Ticket, stalled: Endpoint) -> None:
         """Send a request whose endpoint stalled to another endpoint, and again whenever that one
@@ -380,7 +447,7 @@ class RequestRunner:
                 return
             ticket.resends += 1
             self.stats.resent += 1
-            a = await self._attempt_unless_stalled(other, ticket.url, ticket.body)
+            a = await self._attempt_unless_stalled(other, ticket)
             if a is not None and a.kind is not client.Kind.RETRY:
                 if a.kind is client.Kind.OK and not ticket.settled:
                     ticket.won = (a, other)
@@ -410,13 +477,27 @@ class RequestRunner:
             return None
         return other
 
-    async def _attempt_unless_stalled(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt | None:
-        """:meth:`_post`, given up (None) as soon as ``ep`` is found stalled."""
+    async def _attempt_unless_stalled(self, ep: Endpoint, ticket: _Ticket) -> client.Attempt | None:
+        """:meth:`_post`, given up (None) as soon as ``ep`` is found stalled, or this attempt is
+        overdue in turn (behind a router the re-send may have met the same frozen worker)."""
         stalled = ep.stalled  # this up period's event (a fresh one once the endpoint is back)
-        attempt = asyncio.ensure_future(self._post(ep, url, body))
+        pool = self.pool
+        started = pool.now()
+        attempt = asyncio.ensure_future(self._post(ep, ticket.url, ticket.body, ticket.max_tokens))
         waiter = asyncio.ensure_future(stalled.wait())
+        # each re-send gets twice the time of the one before: behind a router, the worker that froze
+        # may get it again until the router's health checks take that worker out (seconds)
+        patience = 2.0 ** max(ticket.resends - 1, 0)
         try:
-            await asyncio.wait({attempt, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                limit = pool.overdue_limit(ticket.max_tokens)
+                done, _ = await asyncio.wait(
+                    {attempt, waiter},
+                    timeout=None if limit is None else limit * patience,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if done or pool.overdue(started, ticket.max_tokens, pool.now(), patience):
+                    break
         finally:
             waiter.cancel()
             if not attempt.done():
@@ -429,19 +510,27 @@ class RequestRunner:
 
     # -- one attempt, and what it came to -----------------------------------------------------
 
-    async def _post(self, ep: Endpoint, url: str, body: bytes) -> client.Attempt:
+    async def _post(
+        self,
+        ep: Endpoint,
+        url: str,
+        body: bytes,
+        max_tokens: int | None = None,
+        ticket: _Ticket | None = None,
+    ) -> client.Attempt:
         """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        now = self.pool.now
+        started = now()
         outcome = Release.CANCELLED
         latency = None
         try:
             a = await client.post(self.session, ep.url + url, body, self.timeout)
-            latency = loop.time() - started
+            latency = now() - started
             outcome = _release_of(a)
             return a
         finally:
-            self.pool.release(ep, outcome, latency)
+            held = ticket is None or not ticket.detached
+            self.pool.release(ep, outcome, latency, max_tokens, held)
 
     def _record_result(self, req: Request, answer: _Answer) -> None:
         a = answer.attempt

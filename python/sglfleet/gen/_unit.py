@@ -272,6 +272,15 @@ def verdict(obs: Observed, max_failures: int) -> tuple[bool, int | None]:
     return False, code
 
 
+def phase_status(phase_done: bool, check_mode: bool = False) -> str:
+    """The ledger status of phase generate for a job that was waited for: done (`verdict`'s
+    phase_done), pending in check mode (a job that would start or restart has not ended yet), failed
+    otherwise."""
+    if phase_done:
+        return "done"
+    return "pending" if check_mode else "failed"
+
+
 def journal_tail(spec: JobSpec, lines: int = 20, runner: Runner = systemd.run) -> str:
     proc = runner(["journalctl", "--unit", spec.unit, "--no-pager", "--output=cat", "-n", str(lines)])
     return proc.stdout.strip()

@@ -68,6 +68,10 @@ class StandinApp:
         self.gracefully_exit = False
         # SGLang's rid_to_state: the requests the drain waits for (tokenizer_manager.py:2381).
         self.in_flight: dict[str, None] = {}
+        # Not SGLang's: the generation requests accepted after SIGTERM. SGLang takes them (only /health*
+        # answer 503, http_server.py health_generate; tokenizer_manager.py:2375-2411 waits for them), so a
+        # drain that left a router sending here shows up in this count (tests assert it is 0).
+        self.accepted_while_draining = 0
         self._hung: set[asyncio.Task[Any]] = set()
         self._auth = config.api_key or None
         # ServerStatus.UnHealthy: a health check timed out (http_server.py:576); a SIGTERM then exits at
@@ -153,6 +157,7 @@ class StandinApp:
             if not remaining_rids:
                 break
             await asyncio.sleep(poll)
+        log.warning("Requests accepted while draining: %d", self.accepted_while_draining)
         logging.shutdown()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -181,6 +186,8 @@ class StandinApp:
         """Wrap a generation endpoint with the injected faults and the crash counter."""
 
         async def wrapped(request: web.Request) -> web.StreamResponse:
+            if self.gracefully_exit:
+                self.accepted_while_draining += 1
             fault = self.faults.draw()
             if fault is Fault.ERROR:
                 message = "Internal server error (injected by --standin-error-rate)."
@@ -307,7 +314,10 @@ class StandinApp:
                     }
                 ],
                 "version": SGLANG_VERSION,
-                "standin": self.config.standin_args(),
+                "standin": {
+                    **self.config.standin_args(),
+                    "accepted_while_draining": self.accepted_while_draining,
+                },
             }
         )
 

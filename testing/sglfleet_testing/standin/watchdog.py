@@ -52,14 +52,16 @@ def watch(
     *,
     fire: Callable[[], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> threading.Thread:
-    """Start the watchdog thread (daemon): `fire` (SIGQUIT to this process) once the counter stalls."""
+    """Start the watchdog thread (daemon): `fire` (SIGQUIT to this process) once the counter stalls;
+    `clock` and `sleep` measure and spend the time (tests give a fake pair)."""
 
     def once() -> None:
         last_counter = 0
-        last_time = time.perf_counter()
+        last_time = clock()
         while True:
-            current = time.perf_counter()
+            current = clock()
             if is_active():
                 counter = get_counter()
                 if last_counter == counter:

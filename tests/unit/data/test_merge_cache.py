@@ -4,6 +4,7 @@ digest (left by `mix`, reused by `merge`); one JSON library (orjson); the bench'
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import subprocess
 import sys
@@ -184,3 +185,50 @@ def test_cli_cache_options(job: dict[str, Path], tmp_path: Path) -> None:
     assert main([*args, "--output", str(tmp_path / "a.jsonl"), "--no-cache"]) == 0
     assert main([*args, "--output", str(tmp_path / "b.jsonl"), "--cache-dir", str(tmp_path / "mine")]) == 0
     assert len(list((tmp_path / "mine/existing").glob("*.json"))) == 1
+
+
+def test_a_merge_with_a_report_hashes_each_input_once(
+    job: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's input record hashes the existing set, the results and the prompts; the merge then
+    uses those digests (the cache key, the check against the manifest) instead of hashing the existing
+    set and the prompts again (before: about a tenth of a cached merge's time)."""
+    from sglfleet.cli import main
+
+    fed: list[int] = []
+    real = hashlib.sha256
+
+    class Counting:
+        def __init__(self, data: bytes = b"") -> None:
+            self._sha = real(data)
+            fed.append(len(data))
+
+        def update(self, data: bytes) -> None:
+            fed.append(len(data))
+            self._sha.update(data)
+
+        def hexdigest(self) -> str:
+            return self._sha.hexdigest()
+
+    monkeypatch.setattr(hashlib, "sha256", Counting)
+    args = ["merge", *(a for k in ("existing", "results", "prompts") for a in (f"--{k}", str(job[k])))]
+    out = tmp_path / "merged.jsonl"
+    assert (
+        main(
+            [
+                *args,
+                "--output",
+                str(out),
+                "--report",
+                str(tmp_path / "r.md"),
+                "--cache-dir",
+                str(job["cache"]),
+            ]
+        )
+        == 0
+    )
+    inputs = sum(job[k].stat().st_size for k in ("existing", "results", "prompts"))
+    assert sum(fed) == inputs
+    record = json.loads((tmp_path / "r.json").read_text())["inputs"]["files"]
+    assert record["existing set"]["sha256"] == real(job["existing"].read_bytes()).hexdigest()
+    assert len(out.read_text().splitlines()) == 100 + len(job["prompts"].read_text().splitlines())

@@ -4,11 +4,13 @@ left behind; no orphaned worker; a torn results file says what to do."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -179,13 +181,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_classification_workers_die_with_the_merge(tmp_path: Path) -> None:
-    """kill -9 of a merge whose workers classify the existing set leaves no worker behind (before:
-    two per kill, ignoring SIGTERM, waiting for work for ever). The existing set comes through a FIFO
-    that stays open, so the merge is caught for sure while its workers wait for the next chunk."""
+@contextlib.contextmanager
+def _classifying_merge(
+    tmp_path: Path, prelude: str = ""
+) -> Iterator[tuple[subprocess.Popen[bytes], set[int]]]:
+    """A merge (in a process of its own, `prelude` run first) whose workers classify an existing set
+    that comes through a FIFO held open, so that it is caught for sure while its workers wait for the
+    next chunk: yields the merge's process and its workers' pids; kills whatever is left after."""
     fifo = tmp_path / "existing.fifo"
     os.mkfifo(fifo)
     child = f"""
+{prelude}
 from pathlib import Path
 from sglfleet.data import _merge
 _merge.PARALLEL_BYTES = -1  # workers whatever the size
@@ -199,9 +205,7 @@ _merge.classify_existing(Path({str(fifo)!r}), "category", workers=2)
         writer.write((row + "\n").encode() * 9000)  # more than one chunk (8192 rows)
         writer.flush()
         workers = wait_until(lambda: _children(proc.pid), timeout=30, what="the merge's workers")
-        proc.kill()
-        proc.wait()
-        wait_until(lambda: not any(_alive(w) for w in workers), timeout=10, what="the workers gone")
+        yield proc, workers
     finally:
         writer.close()
         if proc.poll() is None:
@@ -210,6 +214,27 @@ _merge.classify_existing(Path({str(fifo)!r}), "category", workers=2)
         for w in workers | _children(proc.pid):  # whatever is left (reparented once proc died)
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+def test_classification_workers_die_with_the_merge(tmp_path: Path) -> None:
+    """kill -9 of a merge whose workers classify the existing set leaves no worker behind (before:
+    two per kill, ignoring SIGTERM, waiting for work for ever)."""
+    with _classifying_merge(tmp_path) as (proc, workers):
+        proc.kill()
+        proc.wait()
+        wait_until(lambda: not any(_alive(w) for w in workers), timeout=10, what="the workers gone")
+
+
+def test_a_classification_worker_does_not_keep_the_merges_sigterm_handler(tmp_path: Path) -> None:
+    """SIGTERM ends a worker even when the merge handles SIGTERM itself (the CLI turns it into
+    KeyboardInterrupt): a forked worker must not inherit that handler. Before: the worker's start
+    (SIGTERM reset, then die-with-parent) was shadowed by a second definition of the same name, so the
+    reset never ran and the worker below kept swallowing SIGTERM."""
+    prelude = "import signal\nsignal.signal(signal.SIGTERM, lambda signum, frame: None)  # the merge's own"
+    with _classifying_merge(tmp_path, prelude) as (_proc, workers):
+        worker = min(workers)
+        os.kill(worker, signal.SIGTERM)
+        wait_until(lambda: not _alive(worker), timeout=10, what=f"worker {worker} ended by SIGTERM")
 
 
 def test_a_torn_last_results_line_says_to_rerun_generate(

@@ -137,7 +137,8 @@ def _fleet(tmp_path: Path, gpu_sets: Sequence[str]) -> Path:
     config.mkdir()
     for i, devices in enumerate(gpu_sets):
         (config / f"instance-{i}.env").write_text(
-            f'CUDA_VISIBLE_DEVICES={devices}\nSGLANG_ARGS="--port {i}"\n'
+            f"CUDA_VISIBLE_DEVICES={devices}\nSGLANG_FLEET_PORT={30000 + i}\n"
+            f'SGLANG_ARGS="--port {30000 + i}"\n'
         )
     return config
 
@@ -152,6 +153,8 @@ def test_the_fleet_scales_down_to_the_kept_instances(tmp_path: Path) -> None:
     plan = fleet_plan(config, [0], systemctl=systemd, proc=tmp_path)
     assert (plan.to_stop, plan.to_disable, plan.keep, plan.kept_gpus) == ((1,), (1, 2), (0,), (0,))
     assert plan.as_dict()["stopped"] == [1, 2] and plan.refused == ""
+    # the stopped instances' ports: the router's worker URLs (roles/training_resume/tasks/drain.yml)
+    assert plan.as_dict()["stopped_ports"] == [30001, 30002]
     keep_tp = fleet_plan(config, [2], systemctl=systemd, proc=tmp_path)
     assert keep_tp.to_stop == (0, 1) and keep_tp.kept_gpus == (2, 3)
     with pytest.raises(ResumeError, match=r"training_resume_keep_instances: \[5\] are not instances"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,11 +34,12 @@ def job() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     marker = f"train-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--run={marker}"])
     try:
-        deadline = time.monotonic() + 10
         # Popen returns before the child has exec'd: wait until its command line is the new one.
-        while marker not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
-            assert time.monotonic() < deadline, "the stand-in training process never started"
-            time.sleep(0.02)
+        wait_until(
+            lambda: marker in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"),
+            timeout=10,
+            what="the stand-in training process started",
+        )
         yield proc, marker
     finally:
         proc.kill()

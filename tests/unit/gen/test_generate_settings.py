@@ -48,6 +48,7 @@ OTHER: dict[str, Any] = {
     "backoff_base": 0.25,
     "grace": 0.0,
     "down_timeout": 30.0,
+    "start_timeout": 0.0,
     "probe_timeout": 3.0,
     "stall_factor": 4.0,
     "stall_min": 0.5,

@@ -279,7 +279,13 @@ def test_eta_is_unknown_while_requests_hang(tmp_path: Path) -> None:
 
     with fleet({"standin_hang_rate": 0.1, "standin_seed": 3}) as servers:
         config = job_config(
-            inp, out, [servers[0].base_url], request_timeout=20, max_retries=0, manifest_interval=0.2
+            inp,
+            out,
+            [servers[0].base_url],
+            request_timeout=20,
+            max_retries=0,
+            manifest_interval=0.2,
+            max_resends=0,  # an overdue request is re-sent by default (and answered): not here
         )
         job = _Logged(config, log)
         wait_until(lambda: "ETA unknown" in last(), timeout=15, what="the log's ETA says unknown")

@@ -170,10 +170,12 @@ def test_sigterm_at_any_moment_of_our_code_exits_130(tmp_path: Path, delay: floa
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 20
-        while not _catches_sigterm(proc.pid):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.0005)
+
+        def catches() -> bool:
+            assert proc.poll() is None
+            return _catches_sigterm(proc.pid)
+
+        wait_until(catches, timeout=20, what="the job's SIGTERM handler installed", interval=0.0005)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)

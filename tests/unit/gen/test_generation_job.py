@@ -134,6 +134,16 @@ def test_phase_done_only_when_complete_within_max_failures(
     assert job.verdict(running, max_failures) == (False, None)
 
 
+@pytest.mark.parametrize(
+    ("phase_done", "check_mode", "status"),
+    [(True, False, "done"), (True, True, "done"), (False, True, "pending"), (False, False, "failed")],
+)
+def test_the_phase_status_the_ledger_records(phase_done: bool, check_mode: bool, status: str) -> None:
+    """Role generate records what the module returns: a job not done is pending in check mode (a job
+    that would start has not ended yet), failed in a real run."""
+    assert job.phase_status(phase_done, check_mode) == status
+
+
 def test_wait_reports_each_polls_counts(finished: job.JobSpec) -> None:
     polls: list[dict] = []  # type: ignore[type-arg]
 

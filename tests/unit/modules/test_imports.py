@@ -30,6 +30,8 @@ def imported_after(statement: str) -> set[str]:
         "from sglfleet.fleet import BackendError, decide_backend, observe_torch_cuda",  # sglang_backend
         "from sglfleet.fleet import EndpointError, endpoints_from_ledgers",  # fleet_endpoints
         "from sglfleet.host import parse_env_file",  # sglang_backend
+        "from sglfleet.toolchain import ToolchainFacts, toolchain_verdicts",  # toolchain_verdict
+        "from sglfleet.doctor import char_majors, node_table",  # device_nodes
         "from sglfleet.data import merge",  # merge runs without numpy
     ],
 )

@@ -47,6 +47,9 @@ VALID_ARGS = {
         "torch_version": "2.11.0",
     },
     "fleet_endpoints": {"ledgers": {}},
+    "router_workers": {"router_url": "http://127.0.0.1:9", "urls": ["http://127.0.0.1:30000"]},
+    "toolchain_verdict": {"facts": {}},
+    "device_nodes": {"gpu_count": 1},
 }
 
 

@@ -21,6 +21,13 @@ EXCEPTIONS = {
     "tests/unit/gen/test_store.py": {"sglfleet.gen._ids"},  # the id set
     "tests/unit/gen/test_generate_prefix.py": {"sglfleet.gen._affinity", "sglfleet.gen._dispatch"},
     "tests/unit/gen/test_generate_small_fixes.py": {"sglfleet.gen._dispatch"},  # the stall check's clock
+    "tests/unit/gen/test_generate_overdue.py": {  # the pool and one request's runner on a fake clock
+        "sglfleet.gen._client",
+        "sglfleet.gen._dispatch",
+        "sglfleet.gen._formats",
+        "sglfleet.gen._progress",
+        "sglfleet.gen._requests",
+    },
     "tests/unit/gen/test_generation_job.py": {"sglfleet.gen._unit"},  # the unit's observation and decision
     "tests/unit/gen/test_pool_release.py": {"sglfleet.gen._dispatch"},  # what a release says, on the pool
     # a live frame drawn from hand-made counters, at several terminal widths

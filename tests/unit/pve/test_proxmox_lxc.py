@@ -338,14 +338,14 @@ def test_a_real_concurrent_edit_between_read_and_write_is_retried(pve, module):
     edited = threading.Event()
 
     def edit_after_the_read():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if any(m == "GET" and p.endswith("/lxc/200/config") for m, p, _ in pve.requests[seen:]):
-                time.sleep(0.2)  # the PUT is in flight now, held by the latency
-                pve.ct(200).config["description"] = "edited by hand"
-                edited.set()
-                return
-            time.sleep(0.02)
+        wait_until(
+            lambda: any(m == "GET" and p.endswith("/lxc/200/config") for m, p, _ in pve.requests[seen:]),
+            timeout=30,
+            what="the module read the config",
+        )
+        time.sleep(0.2)  # the PUT is in flight now, held by the latency (the window this test needs)
+        pve.ct(200).config["description"] = "edited by hand"
+        edited.set()
 
     editor = threading.Thread(target=edit_after_the_read)
     editor.start()
@@ -418,14 +418,28 @@ def test_a_locked_container_is_named_after_the_timeout(pve, module):
 
 
 def test_a_locked_container_is_waited_for(pve, module):
+    """The module waits while the CT is locked and changes it only once the lock is gone (the order of
+    the API calls PVE sees, not how long it took)."""
     module()
     pve.snapshot_lock(200, "backup")
-    threading.Timer(1.0, pve.unlock, args=(200,)).start()
-    started = time.monotonic()
+    seen = len(pve.requests)
+    unlocked_at: list[int] = []
+
+    def unlock() -> None:
+        unlocked_at.append(len(pve.requests))
+        pve.unlock(200)
+
+    threading.Timer(1.0, unlock).start()
     result = module(cores=12, timeout=30)
     assert result["changed"] is True, result
-    assert time.monotonic() - started >= 1.0
     assert pve.ct(200).config["cores"] == 12
+    (at,) = unlocked_at
+    puts = [
+        i
+        for i, (m, p, _) in enumerate(pve.requests)
+        if i >= seen and m == "PUT" and p.endswith("/lxc/200/config")
+    ]
+    assert puts and min(puts) >= at, (puts, at)  # no change while locked, the change once unlocked
 
 
 def test_a_lock_taken_between_read_and_write_is_waited_for(pve, module):

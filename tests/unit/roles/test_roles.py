@@ -108,17 +108,3 @@ def test_playbooks_of_the_data_phases_are_thin() -> None:
         (play,) = load(ROOT / "playbooks" / playbook)
         assert play["roles"] == [{"role": role}], playbook
         assert "tasks" not in play and "vars" not in play, f"{playbook}: logic or vars outside the role"
-
-
-def test_pve_host_reads_the_nvidia_major_under_its_current_and_its_old_name() -> None:
-    """A 580+ nv.c registers 195 as "nvidia" and "nvidiactl"; drivers before the open modules as
-    "nvidia-frontend" (nv-frontend.c). Ansible's regex_search is Python's re."""
-    import re
-
-    vars_ = load(ROOT / "roles" / "pve_host" / "vars" / "main.yml")
-    nvidia, uvm = vars_["__pve_host_nvidia_major_re"], vars_["__pve_host_uvm_major_re"]
-    current = "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n236 nvidia-caps\n511 nvidia-uvm"
-    old = "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n510 nvidia-uvm"
-    assert re.search(nvidia, current).group(1) == "195" and re.search(uvm, current).group(1) == "511"
-    assert re.search(nvidia, old).group(1) == "195" and re.search(uvm, old).group(1) == "510"
-    assert re.search(nvidia, "Character devices:\n195 nvidiactl\n236 nvidia-caps\n") is None
