@@ -48,8 +48,20 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Read the node's /proc/devices
+  ansible.builtin.slurp:
+    src: /proc/devices
+  register: proc_devices
+
+- name: Stat the NVIDIA device nodes (following links, as PVE does)
+  ansible.builtin.command:
+    argv: [stat, -L, "--format=%n %Hr:%Lr %F", /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm]
+  register: node_stat
+  failed_when: false
+  changed_when: false
+
 - name: Note which device nodes are missing or wrong
-  device_nodes:
+  sglfleet.ops.device_nodes:
     gpu_count: 8
     proc_devices: "{{ proc_devices.content | b64decode }}"
     stat_lines: "{{ node_stat.stdout_lines }}"

@@ -60,8 +60,24 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Run nvcc --version
+  ansible.builtin.command:
+    argv: [/opt/cuda-13.2/bin/nvcc, --version]
+  register: nvcc_result
+  changed_when: false
+  failed_when: false
+
+- name: Probe the installed wheel versions (JSON, wheel to version)
+  ansible.builtin.command:
+    argv:
+      - /opt/cuda-13.2/venv/bin/python
+      - -c
+      - import importlib.metadata as m, json; print(json.dumps({"nvidia-nvvm": m.version("nvidia-nvvm")}))
+  register: installed_result
+  changed_when: false
+
 - name: Judge the checks
-  toolchain_verdict:
+  sglfleet.ops.toolchain_verdict:
     facts:
       version: "13.2.2"
       release: {nvcc: "13.2.86", nvvm: "13.2.86", ptx_isa: "9.2"}

@@ -169,7 +169,8 @@ def _job(status: str, failed: int, max_failures: int = 0) -> dict:
     counts = {"total": 600, "done": 600 - failed, "failed": failed}
     manifest = SimpleNamespace(status=status, counts=SimpleNamespace(failed=failed))
     phase_done, _ = job_verdict(
-        SimpleNamespace(manifest=manifest, running=False, exit_status=None), max_failures
+        SimpleNamespace(manifest=manifest, running=False, exit_status=None, results_problem=None),
+        max_failures,
     )
     return {
         "phase_done": phase_done,

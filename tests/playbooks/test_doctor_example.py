@@ -32,7 +32,7 @@ def test_a_fresh_example_lists_the_missing_ca_as_a_blocker_and_goes_on(tmp_path:
     out = doctor(inventory)
     for ca in ("pve-root-ca.pem", "pve-root-ca-kpro7.pem"):
         assert (
-            f"proxmox_lxc_ca_cert is {inventory}/files/{ca}, which is not a file on the controller" in out
+            f"proxmox_lxc_ca_cert is {inventory}/.files/{ca}, which is not a file on the controller" in out
         ), out
     assert "copy the PVE host's /etc/pve/pve-root-ca.pem there" in out, out
     # The other rows are there too: every host's, unreachable.
