@@ -312,7 +312,7 @@ def test_job_status_and_merge_check_the_manifest_against_the_results(
     st = job_status(out)
     assert st.state == "results_missing" and st.message.startswith(RESULTS_MISSING), st
     assert main(["job", "status", str(out)]) == 11
-    assert f"results_missing ({RESULTS_MISSING}" in capsys.readouterr().out
+    assert f"results missing ({RESULTS_MISSING}" in capsys.readouterr().out
     existing = _existing(out.with_name("e.jsonl"))
     if out.exists():
         with pytest.raises(DataError, match=RESULTS_MISSING):
