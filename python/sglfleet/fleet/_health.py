@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S, DEFAULT_TIMEOUT_S
 
@@ -70,6 +70,8 @@ class InstanceHealth(BaseModel):
     gen_throughput: float | None = None
     latency_s: float
     detail: str | None = None
+    # /model_info answered 401: the API key is wrong or missing (said in detail; not in the table's JSON)
+    key_refused: bool = Field(default=False, exclude=True)
     router: bool = False  # an sglang-router (it answers /readiness)
 
 
@@ -246,6 +248,7 @@ async def probe_instance(
         fields["model_path"] = info[1].get("model_path")
     elif not isinstance(info, BaseException) and info[0] == 401:
         notes.append("401 from /model_info: wrong or missing API key")
+        fields["key_refused"] = True
     if not isinstance(models, BaseException) and models[0] == 200 and isinstance(models[1], dict):
         data = models[1].get("data") or []
         if data and isinstance(data[0], dict):
