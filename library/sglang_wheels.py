@@ -54,7 +54,7 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Check that the pinned wheels install on this interpreter
-  sglang_wheels:
+  sglfleet.ops.sglang_wheels:
     python_version: "3.11"
     libc: glibc 2.36
     machine: x86_64
