@@ -54,13 +54,13 @@ attributes:
 
 EXAMPLES = r"""
 - name: Take sglang@1 out of the router before it stops (sglfleet.ops.router_workers)
-  router_workers:
+  sglfleet.ops.router_workers:
     router_url: http://10.0.0.5:30100
     urls: [http://10.0.0.7:30001]
     state: absent
 
 - name: Put it back once its health gate passed
-  router_workers:
+  sglfleet.ops.router_workers:
     router_url: http://10.0.0.5:30100
     urls: [http://10.0.0.7:30001]
     state: present
