@@ -18,12 +18,12 @@ but 404 on ``/model_info``, ``/server_info`` and ``/v1/loads``; a 404 on ``/mode
 again at ``/get_model_info``, and the load fields stay unknown.
 
 A router is told by its ``/readiness``, asked with the rest (SGLang 0.5.12 has no such route: 404).
-In sglang-router 0.3.2 (sgl-router/src/server.rs, ``async fn readiness``) it answers 200
+In sglang-router 0.3.2 (sgl-router/src/server.rs:98-140 of its PyPI source distribution) it answers 200
 ``{"status": "ready", "healthy_workers": N, "total_workers": M}`` while at least one registered
 worker is healthy, else 503 ``{"status": "not ready", "reason": "insufficient healthy workers"}``;
-``/liveness`` and ``/health`` (``async fn health`` calls ``liveness()``) answer 200 "OK" as long as the
-process runs, workers or none. So a router is healthy only when it is ready (``router``: True,
-``reason`` "not ready" otherwise, the workers counted in ``detail``).
+``/liveness`` and ``/health`` (server.rs:94-96, 142-144: ``health`` calls ``liveness()``) answer
+200 "OK" as long as the process runs, workers or none. So a router is healthy only when it is ready
+(``router``: True, ``reason`` "not ready" otherwise, the workers counted in ``detail``).
 """
 
 from __future__ import annotations
