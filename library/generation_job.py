@@ -105,6 +105,45 @@ options:
     description: Times one request is sent to another endpoint because the one it waits on stalled.
     type: int
     default: 5
+  dispatch:
+    description:
+      - C(prefix) sends a request to the endpoint that served its longest prompt prefix last while its
+        load allows (SGLang's prefix cache then skips that prefill), else the least-loaded;
+        C(least-loaded) goes by the requests in flight only (C(--dispatch)).
+    type: str
+    choices: [prefix, least-loaded]
+    default: prefix
+  backoff_base:
+    description: Seconds before the first retry of a request; each next one waits longer (C(--backoff-base)).
+    type: float
+    default: 1
+  down_timeout:
+    description:
+      - Seconds the job waits while no endpoint answers before it gives up, resumable
+        (C(--down-timeout)).
+    type: float
+    default: 600
+  start_timeout:
+    description:
+      - Seconds the job waits at its start while no endpoint is ready but one says not yet (a router
+        with no healthy worker answers C(/readiness) 503; an instance starting); C(0) does not wait
+        (C(--start-timeout)).
+    type: float
+    default: 120
+  probe_timeout:
+    description: Seconds the preflight waits for each endpoint's C(/health_generate) (C(--probe-timeout)).
+    type: float
+    default: 10
+  stall_factor:
+    description:
+      - An endpoint that answers nothing for this many times its recent latency (and at least
+        I(stall_min) seconds) is stalled; its requests are sent elsewhere too (C(--stall-factor)).
+    type: float
+    default: 8
+  stall_min:
+    description: The fewest seconds of silence that make an endpoint stalled (C(--stall-min)).
+    type: float
+    default: 2
   metrics_port:
     description:
       - Serve the job's Prometheus metrics on I(metrics_bind):PORT/metrics while it runs (C(0) any free
@@ -299,8 +338,6 @@ message:
   type: str
 """
 
-from pathlib import Path
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglfleet_deps import SGLFLEET
 
@@ -338,6 +375,13 @@ def main() -> None:
             "turns": {"type": "str", "choices": ["last", "all"], "default": "last"},
             "keep_reasoning": {"type": "bool", "default": False},
             "max_resends": {"type": "int", "default": 5},
+            "dispatch": {"type": "str", "choices": ["prefix", "least-loaded"], "default": "prefix"},
+            "backoff_base": {"type": "float", "default": 1},
+            "down_timeout": {"type": "float", "default": 600},
+            "start_timeout": {"type": "float", "default": 120},
+            "probe_timeout": {"type": "float", "default": 10},
+            "stall_factor": {"type": "float", "default": 8},
+            "stall_min": {"type": "float", "default": 2},
             "metrics_port": {"type": "int"},
             "metrics_bind": {"type": "str", "default": "127.0.0.1"},
             "metrics_linger": {"type": "float", "default": 15},
@@ -356,32 +400,7 @@ def main() -> None:
     )
     SGLFLEET.require(module)
     p = module.params
-    spec = JobSpec(
-        name=p["name"],
-        input=Path(p["input"]),
-        output=Path(p["output"]),
-        endpoints=p["endpoints"],
-        concurrency=p["concurrency"],
-        model=p["model"],
-        max_tokens=p["max_tokens"],
-        temperature=p["temperature"],
-        top_p=p["top_p"],
-        top_k=p["top_k"],
-        extra_body=p["extra_body"],
-        chat_template_kwargs=p["chat_template_kwargs"],
-        turns=p["turns"],
-        keep_reasoning=p["keep_reasoning"],
-        max_resends=p["max_resends"],
-        metrics_port=p["metrics_port"],
-        metrics_bind=p["metrics_bind"],
-        metrics_linger=p["metrics_linger"],
-        max_retries=p["max_retries"],
-        request_timeout=p["request_timeout"],
-        grace=p["grace"],
-        force=p["force"],
-        api_key=p["api_key"],
-        max_failures=p["max_failures"],
-    )
+    spec = JobSpec.from_options(p, max_failures=p["max_failures"])
     problems = spec.problems()
     if problems:
         module.fail_json(msg="; ".join(problems))

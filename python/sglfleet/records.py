@@ -208,17 +208,92 @@ def result_of(record: Any) -> Result | None:
     return Result(cid, body, choice, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
 
 
+# orjson writes integers of at most 64 bits: a larger count could not even be written back
+_MAX_COUNT = 2**63 - 1
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
 def answer_problem(body: Any) -> str | None:
-    """Why a 200 answer's ``body`` would not be a result (resume would send it again, merge drop or
-    refuse it), in words naming the field; None when it would be one. For the request path: an answer
-    it rejects is that request's ``invalid_response``, never written as a result."""
-    try:
-        found = result_of({"custom_id": "-", "response": {"status_code": 200, "body": body}})
-    except RecordError as exc:
-        return str(exc)
-    if found is None:
-        return "response.body has no choices" if isinstance(body, dict) else "response.body is null"
+    """Why a 200 answer's ``body`` is not a chat/text completion that can be stored as it is, in words
+    naming the field (``response.body.usage.prompt_tokens is 'abc', ...``); None when it is one. The
+    one definition of an answer: the request path checks every answer with it before anything is
+    stored (one it rejects is that request's ``invalid_response``: retried, then the errors file), and
+    whatever it accepts, stored by :func:`result_line`, :func:`result_of` reads back as a result
+    (resume counts it done, merge reads it; a test holds the two together).
+
+    Checked: the body an object, not an error object; ``choices`` a non-empty list of objects; the
+    first one's answer (``message.content`` a string, or ``text`` a string for a text completion),
+    ``message.role`` / ``reasoning_content`` and ``finish_reason`` strings or absent; ``usage`` an
+    object or absent, its ``prompt_tokens`` / ``completion_tokens`` / ``total_tokens`` integers
+    (not bools), 0 to 2**63-1, or absent; ``id`` a string or absent."""
+    if not isinstance(body, dict):
+        return (
+            "response.body is null" if body is None else f"response.body is {kind(body)}, expected an object"
+        )
+    choices = body.get("choices")
+    if body.get("object") == "error" or ("error" in body and not choices):
+        return f"an error object: {_error_message(body)}"
+    if not isinstance(choices, list) or not choices:
+        if choices is None or choices == []:
+            return "response.body has no choices"
+        return f"response.body.choices is {kind(choices)}, expected a list"
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            return f"response.body.choices[{i}] is {kind(choice)}, expected an object"
+    return _choice_problem(choices[0]) or _usage_problem(body.get("usage")) or _id_problem(body.get("id"))
+
+
+def _error_message(body: dict[str, Any]) -> str:
+    err = body.get("error")
+    found = (
+        body.get("message") or (err.get("message") if isinstance(err, dict) else err) or body.get("detail")
+    )
+    return found if isinstance(found, str) and found else orjson.dumps(body)[:500].decode("utf-8", "replace")
+
+
+def _choice_problem(choice: dict[str, Any]) -> str | None:
+    where = "response.body.choices[0]"
+    message = choice.get("message")
+    if message is not None:  # a chat completion: the answer is message.content
+        if not isinstance(message, dict):
+            return f"{where}.message is {kind(message)}, expected an object"
+        if not isinstance(message.get("content"), str):
+            # SGLang answers content null when nothing is left after the reasoning (a thinking model
+            # cut by max_tokens): not an answer to train on, retried, then reported
+            return f"{where}.message.content is {kind(message.get('content'))}, expected a string"
+        for key in ("role", "reasoning_content"):
+            if message.get(key) is not None and not isinstance(message[key], str):
+                return f"{where}.message.{key} is {kind(message[key])}, expected a string"
+    elif not isinstance(choice.get("text"), str):  # a text completion: choices[0].text
+        return f"{where} has neither message.content nor text"
+    finish = choice.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        return f"{where}.finish_reason is {kind(finish)}, expected a string"
     return None
+
+
+def _usage_problem(usage: Any) -> str | None:
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        return f"response.body.usage is {kind(usage)}, expected an object"
+    for key in _COUNTS:
+        value = usage.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return f"response.body.usage.{key} is {shown}, not a token count (an integer, 0 or more)"
+    return None
+
+
+def _id_problem(value: Any) -> str | None:
+    return (
+        None
+        if value is None or isinstance(value, str)
+        else f"response.body.id is {kind(value)}, expected a string"
+    )
 
 
 def done_of(raw: bytes) -> tuple[str, int, int] | None:

@@ -44,7 +44,7 @@ def test_a_token_of_the_wrong_shape_is_named_before_the_api_is_called(tmp_path: 
     inventory = tmp_path / "example"
     shutil.copytree(EXAMPLE, inventory)
     for ca in ("pve-root-ca.pem", "pve-root-ca-kpro7.pem"):
-        (inventory / "files" / ca).write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+        (inventory / ".files" / ca).write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
     token = (
         "-e",
         "proxmox_lxc_api_token_id=root@pam!sglfleet",

@@ -107,6 +107,7 @@ def job_config(inp: Path, out: Path, endpoints: list[str], **kw: object) -> Gene
     kw.setdefault("concurrency", 8)
     kw.setdefault("backoff_base", 0.01)
     kw.setdefault("probe_interval", 0.1)
+    kw.setdefault("metrics_linger", 0.0)  # not the 15 s a last scrape gets: tests scrape before the end
     return GenerateConfig(input=inp, output=out, endpoints=endpoints, **kw)  # type: ignore[arg-type]
 
 

@@ -7,11 +7,12 @@ prefer the others), ``--api-key-file FILE`` or ``$SGLFLEET_API_KEY``.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# the subcommands import them from here too; they live in sglfleet.argtypes (the settings models use them)
+from sglfleet.argtypes import finite_float, non_negative_float, positive_float  # noqa: F401
 from sglfleet.fleet import HEALTH_TIMEOUT_S
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither rich nor the HTTP client
@@ -22,31 +23,6 @@ if TYPE_CHECKING:  # imported where used: `--help` loads neither rich nor the HT
 API_KEY_ENV = "SGLFLEET_API_KEY"
 # Off a terminal (a pipe, a log, Ansible's register) no column is cut: the table is as wide as its content.
 UNBOUNDED_WIDTH = 100_000
-
-
-def finite_float(text: str) -> float:
-    """A number argument that must be finite (argparse's `float` takes "nan", "inf", "-inf")."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not 0 or more")
-    return value
 
 
 def table_console(width: int | None = None) -> Console:

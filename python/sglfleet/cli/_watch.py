@@ -23,7 +23,9 @@ def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (write --watch after the other arguments, or --watch S)"
+        ) from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
     return value
@@ -61,7 +63,10 @@ def watch(
                 live.update(renderable, refresh=True)
                 drawn += 1
                 if last or (max_frames is not None and drawn >= max_frames):
-                    return code
+                    break
                 sleep(interval)
         except KeyboardInterrupt:  # the watcher stops watching; what it watches goes on
-            return code
+            pass
+    if not console.is_terminal:  # off a terminal Live ends its one frame without a newline
+        console.line()
+    return code

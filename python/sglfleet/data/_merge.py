@@ -39,7 +39,7 @@ from sglfleet.data._categories import classify
 from sglfleet.data._defaults import DEFAULT_DROP_FINISH_REASONS, DEFAULT_MIN_COMPLETION_TOKENS
 from sglfleet.data._errors import DataError
 from sglfleet.data._existing import CategoryCache, existing_category
-from sglfleet.data._outputs import check_outputs, locked, output_labels, written
+from sglfleet.data._outputs import check_outputs, data_outputs, locked, output_labels, written
 from sglfleet.data._report import MergeReport, report_bytes
 from sglfleet.host import die_with_parent
 from sglfleet.records import (
@@ -410,7 +410,7 @@ def _merge(
                 "missing), then merge"
             )
     outputs = output_labels(output, report_path)
-    reports = [path for label, path in outputs.items() if label != "--output"]
+    reports = data_outputs(outputs)[1:]  # the output first, then the report's Markdown and JSON
     check_outputs(files, outputs)
     cache = cache or CategoryCache(None)
     drop = tuple(drop_finish_reasons)

@@ -43,7 +43,7 @@ from sglfleet.data._mixconfig import (
     Shortfall,
     SourceConfig,
 )
-from sglfleet.data._outputs import check_outputs, locked, output_labels, written
+from sglfleet.data._outputs import check_outputs, data_outputs, locked, output_labels, written
 from sglfleet.data._report import MixReport, SourceReport, report_bytes
 from sglfleet.data._sources import read_rows, where
 
@@ -262,7 +262,7 @@ def _outputs(config: MixConfig, output: Path, report_path: Path | None) -> list[
         inputs["mix config"] = config.origin
     outputs = output_labels(output, report_path)
     check_outputs(inputs, outputs)
-    return list(outputs.values())
+    return data_outputs(outputs)
 
 
 def _near_note(near: NearDeduper) -> str:

@@ -68,12 +68,27 @@ def check_outputs(inputs: Mapping[str, Path], outputs: Mapping[str, Path]) -> No
         seen[real] = f"{label} {out}"
 
 
+CHART = "--report (its .png chart)"
+
+
 def output_labels(output: Path, report_path: Path | None) -> dict[str, Path]:
     """The files a mix or merge writes, by the flag that names them: the output, and the report's
-    Markdown and JSON when there is one."""
+    Markdown and JSON when there is one, and the shares chart the CLI draws next to them (`CHART`,
+    checked and locked with the others, written afterwards by `sglfleet.plot`, not by `written`)."""
     outputs = {"--output": output}
-    reports = report_paths(report_path) if report_path is not None else ()
-    return outputs | dict(zip(("--report", "--report (its .json)"), reports, strict=False))
+    if report_path is None:
+        return outputs
+    markdown, data = report_paths(report_path)
+    return outputs | {
+        "--report": markdown,
+        "--report (its .json)": data,
+        CHART: report_path.with_suffix(".png"),
+    }
+
+
+def data_outputs(outputs: Mapping[str, Path]) -> list[Path]:
+    """The outputs the data stage writes itself (`written`): every one but the chart."""
+    return [path for label, path in outputs.items() if label != CHART]
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
 """The NVIDIA driver the fleet's CUDA 13.2 needs: the floors, defined once.
 
 NVIDIA's CUDA 13.2 release notes, Table 3 ("CUDA Toolkit and Corresponding Driver Versions"): 13.2 GA
-needs driver >= 595.45.04, 13.2 Update 1 >= 595.58.03; the project pins the 13.2.2 wheels, and the newest
-row the notes give is taken. Below it, from branch 580 (the CUDA 13.x minor-version-compatibility floor),
+needs driver >= 595.45.04, 13.2 Update 1 >= 595.58.03; the newest row the notes give is taken. The
+project pins the 13.2.2 wheels, which are 13.2 Update 2 (PyPI's cuda-toolkit has 13.2.0, 13.2.1 and 13.2.2;
+Update 1's notes list its components as 13.2.75, not 13.2.86): if Update 2's row in Table 3 names a newer
+driver, FULL_DRIVER is that one. Below it, from branch 580 (the CUDA 13.x minor-version-compatibility floor),
 SASS runs but PTX that the driver must JIT fails with cudaErrorUnsupportedPtxVersion. What that means for
 what the fleet runs (checked in the pinned wheels):
 
@@ -12,9 +14,11 @@ what the fleet runs (checked in the pinned wheels):
 - flashinfer 0.6.11.post1 JIT: compiled by the toolchain's 13.2 nvcc with one
   `-gencode=arch=compute_XX,code=sm_XX` per arch (flashinfer/compilation_context.py get_nvcc_flags_list,
   jit/core.py), SASS only, no PTX embedded; flashinfer-cubin ships cubins. Runs on 580.
-- Triton 3.6.0 (torch 2.11.0's): assembles its PTX to a cubin with its bundled ptxas (12.8; 12.9's
-  ptxas-blackwell for sm >= 100, backends/nvidia/compiler.py get_ptxas / make_cubin) and loads the
-  cubin: no driver JIT. Runs on 580.
+- Triton 3.6.0 (torch 2.11.0's): assembles its PTX to a cubin with ptxas (backends/nvidia/compiler.py
+  get_ptxas / make_cubin) and loads the cubin: no driver JIT. In the fleet that ptxas is the toolchain's
+  13.2 one (phase sglang's common.env sets TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH, knobs.py's
+  env_nvidia_tool); without it, the bundled 12.8 ptxas (12.9's ptxas-blackwell for sm >= 100). A cubin
+  either way: runs on 580 (scripts/gpu-check's triton-kernel row on driver 580, docs/gpu-check.md).
 - PTX from the 13.2 toolchain (`.version 9.2`, what cuda_toolchain's `nvcc -ptx` check and any
   `-gencode ...,code=compute_XX` build hand the driver) cannot be loaded below the full floor: degraded.
 - Below 580 the CUDA 13 runtime (torch cu130) does not start at all: blocked.

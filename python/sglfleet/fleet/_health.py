@@ -18,12 +18,12 @@ but 404 on ``/model_info``, ``/server_info`` and ``/v1/loads``; a 404 on ``/mode
 again at ``/get_model_info``, and the load fields stay unknown.
 
 A router is told by its ``/readiness``, asked with the rest (SGLang 0.5.12 has no such route: 404).
-In sglang-router 0.3.2 (sgl-router/src/server.rs, ``async fn readiness``) it answers 200
+In sglang-router 0.3.2 (sgl-router/src/server.rs:98-140 of its PyPI source distribution) it answers 200
 ``{"status": "ready", "healthy_workers": N, "total_workers": M}`` while at least one registered
 worker is healthy, else 503 ``{"status": "not ready", "reason": "insufficient healthy workers"}``;
-``/liveness`` and ``/health`` (``async fn health`` calls ``liveness()``) answer 200 "OK" as long as the
-process runs, workers or none. So a router is healthy only when it is ready (``router``: True,
-``reason`` "not ready" otherwise, the workers counted in ``detail``).
+``/liveness`` and ``/health`` (server.rs:94-96, 142-144: ``health`` calls ``liveness()``) answer
+200 "OK" as long as the process runs, workers or none. So a router is healthy only when it is ready
+(``router``: True, ``reason`` "not ready" otherwise, the workers counted in ``detail``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sglfleet.fleet._defaults import DEFAULT_INTERVAL_S, DEFAULT_TIMEOUT_S
 
@@ -82,6 +82,8 @@ class InstanceHealth(BaseModel):
     gen_throughput: float | None = None
     latency_s: float
     detail: str | None = None
+    # /model_info answered 401: the API key is wrong or missing (said in detail; not in the table's JSON)
+    key_refused: bool = Field(default=False, exclude=True)
     router: bool = False  # an sglang-router (it answers /readiness)
 
 
@@ -258,6 +260,7 @@ async def probe_instance(
         fields["model_path"] = info[1].get("model_path")
     elif not isinstance(info, BaseException) and info[0] == 401:
         notes.append("401 from /model_info: wrong or missing API key")
+        fields["key_refused"] = True
     if not isinstance(models, BaseException) and models[0] == 200 and isinstance(models[1], dict):
         data = models[1].get("data") or []
         if data and isinstance(data[0], dict):

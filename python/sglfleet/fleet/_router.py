@@ -1,27 +1,32 @@
 """Take SGLang instances out of SGLang's router (`sglang-router` 0.3.2) and put them back: its `/workers` API.
 
-What 0.3.2 serves (sgl-router's `worker_service.rs`: `WorkerService::{list_workers, parse_worker_id,
-delete_worker, create_worker}`, `DeleteWorkerResult`, `CreateWorkerResult`; the routes in `server.rs`
-`build_app`: `/workers` POST and GET, `/workers/{worker_id}` GET and DELETE, behind the router's `--api-key`
-like its generation routes. Read in the sglang repository's history; the source of the exact 0.3.2 tag was
-not at hand: the list, remove and add flows below run against the 0.3.2 wheel in
-tests/unit/fleet/test_router_workers.py):
+Lines of sglang-router 0.3.2's source distribution (PyPI `sglang_router-0.3.2.tar.gz`, the tree under the
+repository's `sgl-router/`), checked against the 0.3.2 wheel in tests/unit/fleet/test_router_workers.py:
 
-- `GET /workers` -> 200 `{"workers": [{"id": "<uuid>", "url": ..., "is_healthy": ..., ...}], "total": N}`
-  (`WorkerService::list_workers`, `ListWorkersResult`).
-- `DELETE /workers/{worker_id}` with the UUID that list gives (`WorkerService::parse_worker_id`: a URL is
-  400 "Invalid worker_id ... (expected UUID)"; an unknown id 404 `WORKER_NOT_FOUND`) -> 202
-  "Worker removal queued for background processing" (`DeleteWorkerResult`): the removal is a job, done
-  when the list no longer holds the URL. Requests already sent to the worker finish there.
+- Routes: `src/server.rs:634-639` (`/workers` POST and GET, `/workers/{worker_id}` GET, PUT, DELETE), behind
+  the router's `--api-key` like its generation routes (`server.rs:641-656`): the same key authorises the
+  call and, in the POST body, is the key the router uses towards the worker.
+- `GET /workers` -> 200 `{"workers": [{"id": "<uuid>", "url": ..., "is_healthy": ..., "load": ..., ...}],
+  "total": N, "stats": {...}}` (`src/core/worker_service.rs:151-172`, `262-282`).
+- `DELETE /workers/{worker_id}` with the UUID that list gives (`worker_service.rs:209-216`,
+  `parse_worker_id`: a URL is 400 "Invalid worker_id ... (expected UUID)"; an unknown id 404
+  `WORKER_NOT_FOUND`, `worker_service.rs:38-56`) -> 202 "Worker removal queued for background processing"
+  (`worker_service.rs:111-127`, `314-336`): the removal is a job that takes the worker out of the policy
+  first, then out of the registry (`src/core/steps/worker/local/mod.rs:210-273`), so once the list no longer
+  holds the URL nothing new is routed there. Requests already sent to the worker finish there.
 - `POST /workers` `{"url": ..., "api_key": ...}` -> 202 "Worker addition queued for background processing"
-  (`WorkerService::create_worker`, `CreateWorkerResult`): the job checks the worker's health first and
-  registers it only if it answers; a worker added without `api_key` while the router has one gets no key
-  (the router warns "Worker will be accessible without authentication"), so the key always goes along.
+  (`worker_service.rs:225-259`, `87-109`): the job lists the worker only once it answers `/health`
+  (`local/mod.rs:79-106`: retried for up to `--worker-startup-timeout-secs`, 1800 s by default, so a worker
+  that comes up later is registered then), healthy at once (`src/core/steps/worker/shared/activate.rs:27-29`)
+  and health-checked with the router's own flags (`local/create_worker.rs:273-283`). A worker added without
+  `api_key` while the router has one gets no key (the router warns "Worker will be accessible without
+  authentication", `worker_service.rs:229-236`), so the key always goes along.
 
 A draining SGLang 0.5.12 accepts new requests while only `/health*` answer 503 (the SGLang stand-in's
 `sigterm_handler` cites the lines), and the router notices a worker's 503s only after
-`--health-failure-threshold` checks `--health-check-interval-secs` apart: so an instance leaves the router
-before it is stopped and comes back once its health gate passed.
+`--health-failure-threshold` checks `--health-check-interval-secs` apart (`src/core/worker.rs:703-752`,
+`src/core/worker_registry.rs:641-687`): so an instance leaves the router before it is stopped and comes back
+once its health gate passed.
 """
 
 from __future__ import annotations

@@ -17,6 +17,12 @@ The table is the wheels' own tags as PyPI lists them (`pip download --no-deps --
 - triton 3.6.0 (torch 2.11.0's on Linux): cp310 to cp314 and the t builds, manylinux_2_27/2_28,
   Requires-Python <3.15.
 
+- outlines-core 0.1.26 (sglang 0.5.12 pins outlines==0.1.11, which pins outlines_core==0.1.26): cp39 to
+  cp312 only, manylinux_2_17, x86_64 and aarch64; its sdist is a Rust (maturin) build, which a CT
+  without a Rust toolchain cannot do. So Python 3.13 is refused although sglang has a cp313 wheel (`pip
+  install --dry-run --only-binary=:all: --python-version 3.13 sglang==0.5.12` stops on it; 3.10 and
+  3.12 resolve the whole tree from wheels, read 2026-12-04).
+
 The glibc a manylinux_2_X wheel needs is X (PEP 600); manylinux2014 is 2.17 (PEP 599).
 """
 
@@ -54,6 +60,10 @@ WHEELS: tuple[WheelNeed, ...] = (
         "flashinfer-python", "0.6.11.post1", 10, None, (0, 0), True,
         "flashinfer_python-0.6.11.post1-py3-none-any.whl",
     ),
+    WheelNeed(
+        "outlines-core", "0.1.26", 9, 12, (2, 17), False,
+        "outlines_core-0.1.26-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    ),
     WheelNeed("torch", "2.11.0", 10, 14, (2, 28), True, "torch-2.11.0-cp314-cp314-manylinux_2_28_x86_64.whl"),
     WheelNeed(
         "triton", "3.6.0", 10, 14, (2, 27), True,
@@ -61,8 +71,9 @@ WHEELS: tuple[WheelNeed, ...] = (
     ),
 )  # fmt: skip
 
-#: What each pinned sglang brings (its METADATA's Requires-Dist), and the torch it needs.
-_SGLANG_BRINGS = {"0.5.12": ("sglang-kernel", "flashinfer-python", "torch", "triton")}
+#: What each pinned sglang brings with a tag to match (its METADATA's Requires-Dist and theirs: triton comes
+#: with torch, outlines-core with outlines), and the torch it needs.
+_SGLANG_BRINGS = {"0.5.12": ("sglang-kernel", "flashinfer-python", "outlines-core", "torch", "triton")}
 
 
 def wheel_needs(sglang_version: str, torch_version: str) -> tuple[list[WheelNeed], list[str]]:

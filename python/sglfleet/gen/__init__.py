@@ -21,8 +21,14 @@ from sglfleet._lazy import attach
 # (sglfleet._lazy reads this block; type checkers and readers see plain imports).
 if TYPE_CHECKING:
     from sglfleet.gen._client import completion_problem
-    from sglfleet.gen._engine import ExitCode, GenerateConfig, Outcome, check_config, run
-    from sglfleet.gen._formats import GenParams, InputFormat, iter_requests, scan_input
+    from sglfleet.gen._config import GenerateConfig, GenParams
+    from sglfleet.gen._config import from_args as job_config
+    from sglfleet.gen._config import from_options as job_config_from_options
+    from sglfleet.gen._config import module_argument_spec as job_module_spec
+    from sglfleet.gen._config import settings as job_settings
+    from sglfleet.gen._config import to_argv as job_argv
+    from sglfleet.gen._engine import ExitCode, Outcome, check_config, run
+    from sglfleet.gen._formats import InputFormat, iter_requests, scan_input
     from sglfleet.gen._manifest import Manifest, ManifestError, manifest_path
     from sglfleet.gen._manifest import load as load_manifest
     from sglfleet.gen._progress import LogReporter, Reporter, RichReporter, reporter_for

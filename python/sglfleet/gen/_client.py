@@ -7,7 +7,8 @@ the bottleneck of a fleet. Outcomes:
 * ``RETRY``: connection error, timeout, 408, 429, 5xx, or a 200 whose body is not a completion
   (not JSON, ``{"object": "error", ...}``, no ``choices``, a choice without text: ``{}``,
   ``message.content`` null, a field of the wrong type: ``usage.prompt_tokens: "abc"``; see
-  :func:`completion_problem`): worth another attempt, with backoff
+  :func:`sglfleet.records.answer_problem`, the one definition of an answer): worth another
+  attempt, with backoff
   (``Retry-After`` honoured when the server sends one);
 * ``AUTH``: 401 or 403: the API key is wrong or missing, a configuration error of the whole job;
 * ``PERMANENT``: any other status (4xx): the request itself is wrong; the server's message is kept.
@@ -27,7 +28,12 @@ from typing import Any
 import aiohttp
 import orjson
 
+from sglfleet.records import answer_problem
+
 __all__ = ["completion_problem"]
+
+# the public name of the one answer check (`sglfleet.gen.completion_problem`), defined in records
+completion_problem = answer_problem
 
 RETRY_STATUSES = frozenset({408, 429})
 DOWN_STATUSES = frozenset({502, 503, 504})
@@ -104,72 +110,6 @@ def retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
 
 
-# orjson writes integers of at most 64 bits: a larger count could not even be written back
-_MAX_COUNT = 2**63 - 1
-_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
-
-
-def completion_problem(body: dict[str, Any]) -> str | None:
-    """Why a 200 body is not a chat/text completion that can be stored as it is (None when it is
-    one). Every field that is read or written back is checked here, before anything is stored: the
-    choices and the first one's answer (``message.content``/``text``, ``role``, ``reasoning_content``,
-    ``finish_reason``), the ``usage`` counts (non-negative integers, not bools, strings or lists), and
-    ``id``. Fields the server may leave out (``usage``, ``finish_reason``, ...) may be absent or null."""
-    if body.get("object") == "error" or ("error" in body and not body.get("choices")):
-        return f"an error object: {_server_message(200, b'', body).removeprefix('HTTP 200: ')}"
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return "no choices" if choices is None or choices == [] else f"choices is {_kind(choices)}"
-    for i, choice in enumerate(choices):
-        if not isinstance(choice, dict):
-            return f"choices[{i}] is {_kind(choice)}"
-    return _choice_problem(choices[0]) or _usage_problem(body.get("usage")) or _id_problem(body.get("id"))
-
-
-def _choice_problem(choice: dict[str, Any]) -> str | None:
-    message = choice.get("message")
-    if message is not None:  # a chat completion: the answer is message.content
-        if not isinstance(message, dict):
-            return f"choices[0].message is {_kind(message)}"
-        if not isinstance(message.get("content"), str):
-            # SGLang answers content null when nothing is left after the reasoning (a thinking model
-            # cut by max_tokens): not an answer to train on, retried, then reported
-            return f"choices[0].message.content is {_kind(message.get('content'))}"
-        for key in ("role", "reasoning_content"):
-            if message.get(key) is not None and not isinstance(message[key], str):
-                return f"choices[0].message.{key} is {_kind(message[key])}"
-    elif not isinstance(choice.get("text"), str):  # a text completion: choices[0].text
-        return "choices[0] has neither message.content nor text"
-    finish = choice.get("finish_reason")
-    if finish is not None and not isinstance(finish, str):
-        return f"choices[0].finish_reason is {_kind(finish)}"
-    return None
-
-
-def _usage_problem(usage: Any) -> str | None:
-    if usage is None:
-        return None
-    if not isinstance(usage, dict):
-        return f"usage is {_kind(usage)}"
-    for key in _COUNTS:
-        value = usage.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
-            shown = repr(value)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            return f"usage.{key} is {shown}, not a token count (an integer, 0 or more)"
-    return None
-
-
-def _id_problem(value: Any) -> str | None:
-    return None if value is None or isinstance(value, str) else f"id is {_kind(value)}"
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__}"
-
-
 async def post(
     session: aiohttp.ClientSession, url: str, body: bytes, limit: aiohttp.ClientTimeout
 ) -> Attempt:
@@ -199,7 +139,7 @@ async def post(
                 message="HTTP 200 with a body that is not a JSON object",
                 invalid_body=True,
             )
-        problem = completion_problem(parsed)
+        problem = answer_problem(parsed)
         if problem is None:
             request_id = headers.get("x-request-id") or str(parsed.get("id", ""))
             return Attempt(Kind.OK, status, parsed, raw, request_id)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import enum
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -96,6 +97,20 @@ QUIET_FACTOR = 4.0  # an overdue request while nothing answers: judged past this
 
 class NoEndpoint(RuntimeError):
     """No endpoint answered for longer than the pool's ``down_timeout``."""
+
+
+class KeyRefused(NoEndpoint):
+    """Every endpoint that answers refused the API key (401/403); the ones down are not waited for."""
+
+
+class Release(enum.StrEnum):
+    """What became of an attempt, said when its slot goes back (:meth:`EndpointPool.release`)."""
+
+    OK = "ok"
+    ERROR = "error"  # answered, but a failure that says nothing about the endpoint's health
+    DOWN = "down"  # no answer, a timeout, 502/503/504
+    AUTH = "auth"  # 401/403
+    CANCELLED = "cancelled"  # we gave up on it: an interrupt, or another endpoint answered first
 
 
 class PauseWatch:
@@ -257,7 +272,7 @@ class EndpointPool:
                     raise NoEndpoint(f"no endpoint has answered for {self.down_timeout:g} s")
                 refused = [e.url for e in self.endpoints if e.auth_failed]
                 if refused:  # a 401/403 is an answer: no need to wait for the endpoints that are down
-                    raise NoEndpoint(
+                    raise KeyRefused(
                         f"{', '.join(refused)} refused the API key (401/403) and no other endpoint "
                         "answers: check the API key"
                     )
@@ -328,38 +343,34 @@ class EndpointPool:
     def release(
         self,
         ep: Endpoint,
-        outcome: str,
+        outcome: Release,
         latency: float | None = None,
         max_tokens: int | None = None,
         held: bool = True,
     ) -> None:
-        """Give a slot back. ``outcome``: "ok", "error" (answered, but a failure that says nothing
-        about the endpoint's health), "down" (no answer, timeout, 502/503/504), "auth" (401/403) or
-        "cancelled" (we gave up on it: an interrupt, or another endpoint answered first).
-        ``held``: False when the slot was already given back (:meth:`detach`)."""
+        """Give a slot back, with what became of the attempt (:class:`Release`). ``held``: False when
+        the slot was already given back (:meth:`detach`)."""
         if held:
             ep.in_flight -= 1
         self._clock += 1
         ep.last_release = self._clock
-        if latency is not None and outcome in ("ok", "error"):
+        if latency is not None and outcome in (Release.OK, Release.ERROR):
             self._answered(ep, latency, max_tokens)
-        if outcome == "cancelled":
-            pass
-        elif outcome == "auth":
+        if outcome is Release.AUTH:
             ep.errors += 1
             if not ep.auth_failed:
                 ep.auth_failed = True
                 if ep.up:
                     ep.up = False
                     self._wake(len(self._waiters))
-        elif outcome == "down":
+        elif outcome is Release.DOWN:
             ep.errors += 1
             ep.failures_in_row += 1
             if ep.up and ep.failures_in_row >= self.down_after:
                 self.take_out(ep)
-        else:
+        elif outcome is not Release.CANCELLED:
             ep.failures_in_row = 0
-            if outcome == "ok":
+            if outcome is Release.OK:
                 ep.ok += 1
             else:
                 ep.errors += 1

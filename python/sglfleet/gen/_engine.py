@@ -37,6 +37,7 @@ from sglfleet.gen import _client as client
 from sglfleet.gen import _manifest as manifest
 from sglfleet.gen import _timeline as timeline
 from sglfleet.gen._affinity import POLICIES, PrefixAffinity
+from sglfleet.gen._config import GenerateConfig
 from sglfleet.gen._dispatch import Endpoint, EndpointPool
 from sglfleet.gen._formats import (
     GenParams,
@@ -48,49 +49,11 @@ from sglfleet.gen._formats import (
     scan_input,
 )
 from sglfleet.gen._progress import LogReporter, Reporter, Stats
-from sglfleet.gen._requests import RequestRunner, is_disk_full
+from sglfleet.gen._requests import RequestPolicy, RequestRunner, is_disk_full
 from sglfleet.gen._store import OutputStore, Resumed, StoreError, errors_path
 from sglfleet.outpath import output_problem
 
-__all__ = ["ExitCode", "GenerateConfig", "Outcome", "check_config", "run"]
-
-
-@dataclass
-class GenerateConfig:
-    input: Path
-    output: Path
-    endpoints: list[str]
-    concurrency: int = 32  # per endpoint
-    params: GenParams = field(default_factory=GenParams)
-    max_retries: int = 5
-    request_timeout: float = 600.0
-    api_key: str | None = None
-    force: bool = False
-    backoff_base: float = 1.0
-    backoff_cap: float = 60.0
-    grace: float = 30.0  # seconds in-flight requests get to finish after SIGINT/SIGTERM
-    fsync_interval: float = 1.0
-    manifest_interval: float = 5.0
-    timeline_interval: float = timeline.DEFAULT_INTERVAL_S  # a sample of OUT.timeline.jsonl
-    down_after: int = 3
-    down_timeout: float = 600.0
-    probe_interval: float = 1.0
-    probe_timeout: float = 10.0  # seconds the preflight (and each re-probe) waits for an endpoint
-    # seconds the preflight waits while no endpoint is ready but one answers "not yet" (a router
-    # whose workers are still registering: /readiness 503; an instance starting: 503)
-    start_timeout: float = 120.0
-    stall_factor: float = 8.0  # stalled: nothing answered for this many times its recent latency...
-    stall_min: float = 2.0  # ...and at least this many seconds
-    max_resends: int = 5  # times one request is sent elsewhere because its endpoint stalled
-    metrics_port: int | None = None  # serve Prometheus text on 127.0.0.1:PORT/metrics (0: any port)
-    metrics_host: str = "127.0.0.1"
-    metrics_linger: float = 0.0  # seconds the metrics stay up after the end, the final values in them
-    # Seconds between /health probes of the endpoints that are up: a draining SGLang (SIGTERM, a
-    # rolling restart) answers 503 there while it still accepts requests; it gets no new ones.
-    watch_interval: float | None = 5.0
-    # "prefix": a request goes where its longest prompt prefix went last, while that endpoint's load
-    # allows (SGLang's prefix cache then skips that prefill); "least-loaded": fewest in flight only
-    dispatch: str = "prefix"
+__all__ = ["ExitCode", "Outcome", "check_config", "run"]
 
 
 @dataclass
@@ -102,6 +65,19 @@ class Outcome:
     # what to run next: "rerun" (the same command), "force" (the same with --force), None (fix the
     # input or arguments first, or nothing: done); filled from the exit code unless set
     next: str | None = None
+
+
+class Refused(Exception):
+    """A stage's refusal to go on: the run ends with ``outcome`` (raised by the stages before the
+    sending, caught once, in :func:`run_async`)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+def _refuse(code: ExitCode, message: str, input_errors: list[LineError] | None = None) -> Refused:
+    return Refused(Outcome(code, message, input_errors or []))
 
 
 _NEXT = {
@@ -223,19 +199,53 @@ def _path_problems(input_path: Path, output: Path) -> list[str]:
 
 
 def _output_problems(output: Path, input_path: Path) -> list[str]:
-    """Why the output, its errors file or its manifest cannot be written, found before anything is
-    sent (:func:`sglfleet.outpath.output_problem`, the check mix and merge make too): the first of
-    them that is the input, is not a regular file (a directory, device, FIFO, socket, or a symlink
-    to one), is read-only, or cannot be created."""
-    for path, what in (
-        (output, "output"),
-        (errors_path(output), "the output's errors file"),
-        (manifest.manifest_path(output), "the output's manifest"),
+    """Why the output or a file the job writes next to it (its errors file, manifest, timeline)
+    cannot be written, found before anything is sent (:func:`sglfleet.outpath.output_problem`, the
+    check mix and merge make too): the first of them that is the input, is not a regular file (a
+    directory, device, FIFO, socket, or a symlink to one), is read-only, or cannot be created; one of
+    the files next to it that is the output (or another of them) under another name, or another job's
+    output (it has a manifest of its own); or an output that is another job's errors file, manifest or
+    timeline (that job empties or replaces it on each run)."""
+    hint = "give a file path for --output"
+    problem = output_problem(output, "output", {"input": input_path}, hint=hint) or _companion_of_a_job(
+        output
+    )
+    if problem is not None:
+        return [problem]
+    written = {"input": input_path, "output": output}
+    for path, what, name in (
+        (errors_path(output), "the output's errors file", "errors file"),
+        (manifest.manifest_path(output), "the output's manifest", "manifest"),
+        (timeline.timeline_path(output), "the output's timeline", "timeline"),
     ):
-        problem = output_problem(path, what, {"input": input_path}, hint="give a file path for --output")
+        problem = output_problem(path, what, written, hint=hint)
+        if problem is None and path.is_file() and manifest.manifest_path(path).exists():
+            problem = (
+                f"{what} {path} is another job's output (it has {manifest.manifest_path(path)}): this job "
+                "would empty it; choose another --output"
+            )
         if problem is not None:
             return [problem]
+        written[name] = path
     return []
+
+
+_COMPANIONS = {".errors.jsonl": "errors file", ".manifest.json": "manifest", ".timeline.jsonl": "timeline"}
+
+
+def _companion_of_a_job(output: Path) -> str | None:
+    """Why ``output`` is a file another job writes next to its own output (that job's errors file,
+    manifest or timeline, which it empties or replaces on each run); None when it is not."""
+    for suffix, what in _COMPANIONS.items():
+        if output.name.endswith(suffix) and len(output.name) > len(suffix):
+            job = output.with_name(output.name[: -len(suffix)])
+            # X.manifest.json as an output is only X's manifest when there is an X it describes
+            if manifest.manifest_path(job).exists() and (suffix != ".manifest.json" or job.is_file()):
+                return (
+                    f"output {output} is the {what} of the job {job} (it has {manifest.manifest_path(job)}), "
+                    "which empties or replaces it on each run: choose another --output"
+                )
+    return None
 
 
 class _Interrupt:
@@ -278,14 +288,12 @@ async def _run_async(config: GenerateConfig, reporter: Reporter | None, handle_s
         problems = check_config(config)
         if problems:
             return Outcome(ExitCode.BAD_INPUT, "; ".join(problems))
-        prepared = await _prepare(config, interrupt)
-        if isinstance(prepared, Outcome):
-            return prepared
-        try:
-            outcome = await _execute(config, prepared, reporter, interrupt)
-        finally:
-            prepared.store.close()
-        return outcome
+        # what the run opens (the output, the metrics server, the session, the pool) is closed here
+        async with contextlib.AsyncExitStack() as resources:
+            prepared = await _prepare(config, interrupt, resources)
+            return await _execute(config, prepared, reporter, interrupt, resources)
+    except Refused as refused:
+        return refused.outcome
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
@@ -302,39 +310,34 @@ class _Prepared:
     routers: set[str] = field(default_factory=set)  # those that are sglang-routers (/readiness)
 
 
-async def _prepare(config: GenerateConfig, interrupt: _Interrupt) -> _Prepared | Outcome:
-    """Validate, check the manifest, probe the endpoints, open the output; an Outcome to refuse."""
+async def _prepare(
+    config: GenerateConfig, interrupt: _Interrupt, resources: contextlib.AsyncExitStack
+) -> _Prepared:
+    """Validate, check the manifest, probe the endpoints, open the output (closed with ``resources``);
+    :class:`Refused` to refuse."""
     previous = _load_previous(config)
-    if isinstance(previous, Outcome):
-        return previous
     scan = await _scan(config, previous)
-    if interrupt.signalled:
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-    refused = _refusal(config, scan, previous)
-    if refused is not None:
-        return refused
-    preflight = await _preflight(config, interrupt)
-    if isinstance(preflight, Outcome):
-        return preflight
-    live, routers = preflight
-    if interrupt.signalled:
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
-    opened = await _open_output(config, scan)
-    if isinstance(opened, Outcome):
-        return opened
-    store, resumed, pending = opened
-    if interrupt.signalled:
-        store.close()
-        return Outcome(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+    _unless_interrupted(interrupt)
+    _refuse_unless_fit(config, scan, previous)
+    live, routers = await _preflight(config, interrupt)
+    _unless_interrupted(interrupt)
+    store, resumed, pending = await _open_output(config, scan)
+    resources.callback(store.close)
+    _unless_interrupted(interrupt)
     return _Prepared(scan, previous, store, resumed, pending, live, routers)
 
 
-def _load_previous(config: GenerateConfig) -> manifest.Manifest | Outcome | None:
-    """The manifest of the runs before this one (None: none ran), or an Outcome when it is unreadable."""
+def _unless_interrupted(interrupt: _Interrupt) -> None:
+    if interrupt.signalled:
+        raise _refuse(ExitCode.INTERRUPTED, INTERRUPTED_EARLY)
+
+
+def _load_previous(config: GenerateConfig) -> manifest.Manifest | None:
+    """The manifest of the runs before this one (None: none ran); refused when it is unreadable."""
     try:
         return manifest.load(manifest.manifest_path(Path(config.output)))
     except manifest.ManifestError as exc:
-        return Outcome(ExitCode.BAD_INPUT, f"{exc}; remove it or choose another output")
+        raise _refuse(ExitCode.BAD_INPUT, f"{exc}; remove it or choose another output") from None
 
 
 async def _scan(config: GenerateConfig, previous: manifest.Manifest | None) -> ScanResult:
@@ -351,31 +354,30 @@ async def _scan(config: GenerateConfig, previous: manifest.Manifest | None) -> S
     )
 
 
-def _refusal(config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None) -> Outcome | None:
-    """Why this input, with these options, is not sent (a changed input first, then bad lines, then
-    options that do not apply to it, then another job's output); None when it is."""
+def _refuse_unless_fit(config: GenerateConfig, scan: ScanResult, previous: manifest.Manifest | None) -> None:
+    """Refuse this input, with these options, when it is not sent (a changed input first, then bad
+    lines, then options that do not apply to it, then another job's output)."""
     refused = _check_previous(config, scan, previous)
     if refused is not None and refused.exit_code is ExitCode.INPUT_CHANGED:
         if scan.errors:  # the change is the news; its bad lines follow
             refused.message += f" The input now has {len(scan.errors)} bad line(s) too."
             refused.input_errors = scan.errors
-        return refused
+        raise Refused(refused)
     if not scan.ok or scan.format is None:
         n = len(scan.errors)
-        return Outcome(
+        raise _refuse(
             ExitCode.BAD_INPUT, f"{config.input}: {n} bad line{'s' * (n != 1)}; nothing was sent", scan.errors
         )
     unfit = _params_unfit(config, scan)
     if unfit is not None:
-        return Outcome(ExitCode.BAD_INPUT, f"{unfit}; nothing was sent")
-    return refused
+        raise _refuse(ExitCode.BAD_INPUT, f"{unfit}; nothing was sent")
+    if refused is not None:
+        raise Refused(refused)
 
 
-async def _open_output(
-    config: GenerateConfig, scan: ScanResult
-) -> tuple[OutputStore, Resumed, list[int]] | Outcome:
+async def _open_output(config: GenerateConfig, scan: ScanResult) -> tuple[OutputStore, Resumed, list[int]]:
     """The output opened (a torn last line cut, the ids done read) and the requests still to send;
-    an Outcome when it cannot be used."""
+    refused when it cannot be used."""
     store = OutputStore(Path(config.output), config.fsync_interval)
 
     def open_store() -> tuple[Resumed, list[int]]:
@@ -385,14 +387,14 @@ async def _open_output(
     try:
         resumed, pending = await asyncio.to_thread(open_store)
     except StoreError as exc:
-        return Outcome(ExitCode.BAD_INPUT, str(exc))
+        raise _refuse(ExitCode.BAD_INPUT, str(exc)) from None
     except OSError as exc:
         with contextlib.suppress(OSError):
             store.close()
         code = ExitCode.DISK_FULL if is_disk_full(exc) else ExitCode.BAD_INPUT  # nothing was sent
-        return Outcome(
+        raise _refuse(
             code, f"cannot use {config.output} as the output: {exc.strerror or exc}; nothing was sent"
-        )
+        ) from None
     return store, resumed, pending
 
 
@@ -444,10 +446,11 @@ NOT_YET = frozenset({"starting", "not ready"})  # answers of an endpoint that wi
 START_PROBE_INTERVAL = 2.0  # seconds between preflight probes while waiting (as `sglfleet health --wait`)
 
 
-async def _preflight(config: GenerateConfig, interrupt: _Interrupt) -> tuple[list[str], set[str]] | Outcome:
-    """Probe every endpoint at once with the fleet's health probe; the ones that answer (and which of
-    them are routers), or why none. While none is ready but one says "not yet" (a router whose
-    workers are still registering answers /readiness 503), probe again for up to ``start_timeout``."""
+async def _preflight(config: GenerateConfig, interrupt: _Interrupt) -> tuple[list[str], set[str]]:
+    """Probe every endpoint at once with the fleet's health probe: the ones that answer (and which of
+    them are routers); refused when none does, or when every one that does refuses the key. While
+    none is ready but one says "not yet" (a router whose workers are still registering answers
+    /readiness 503), probe again for up to ``start_timeout``."""
     from sglfleet.fleet import endpoints_from_urls, probe_fleet_async
 
     loop = asyncio.get_running_loop()
@@ -464,14 +467,14 @@ async def _preflight(config: GenerateConfig, interrupt: _Interrupt) -> tuple[lis
             await asyncio.wait_for(interrupt.stop.wait(), START_PROBE_INTERVAL)
     if not live:
         causes = "; ".join(f"{r.url}: {r.reason}" + (f" ({r.detail})" if r.detail else "") for r in rows)
-        return Outcome(
+        raise _refuse(
             ExitCode.NO_ENDPOINT,
             f"no endpoint answers /health_generate ({causes}); nothing was sent, rerun when the fleet is up",
         )
     routers = {r.url for r in rows if r.router}
-    denied = [r for r in rows if r.healthy and r.detail and "401" in r.detail]
+    denied = [r for r in rows if r.healthy and r.key_refused]
     if len(denied) == len(live):
-        return Outcome(
+        raise _refuse(
             ExitCode.AUTH,
             f"401 Unauthorized from {denied[0].url}/model_info: check the API key "
             f"({'none was given' if not config.api_key else 'the one given is refused'}); nothing was sent",
@@ -487,9 +490,14 @@ def _has_content(path: Path) -> bool:
 
 
 async def _execute(
-    config: GenerateConfig, prepared: _Prepared, reporter: Reporter | None, interrupt: _Interrupt
+    config: GenerateConfig,
+    prepared: _Prepared,
+    reporter: Reporter | None,
+    interrupt: _Interrupt,
+    resources: contextlib.AsyncExitStack,
 ) -> Outcome:
-    """Send the pending requests and write their results; the outcome of the run."""
+    """Send the pending requests and write their results; the outcome of the run. ``resources``
+    closes what this opens: the metrics server, the pool, the session."""
     stats = _stats_at_start(prepared)
     if stats.done:  # what this run will not send again
         print(f"resuming: {stats.done} of {stats.total} already done", file=sys.stderr, flush=True)
@@ -506,25 +514,27 @@ async def _execute(
     # an endpoint's health watcher and prober: a request or a probe never waits for a connection
     # (aiohttp's queue of waiters costs CPU per release)
     session = client.make_session((2 * config.concurrency + 2) * len(config.endpoints), config.api_key)
+    resources.push_async_callback(session.close)
     pool = _make_pool(config, session, prepared.live, prepared.routers)
-    runner = RequestRunner(
-        config, store=prepared.store, stats=stats, pool=pool, session=session, stop=interrupt.stop
-    )
+    resources.push_async_callback(pool.aclose)
     metrics = await _start_metrics(config, stats, pool)
-    if isinstance(metrics, Outcome):
-        await _close(pool, session)
-        return metrics
-    unwritable = _write_first_manifest(writer, stats, pool)
-    if unwritable is not None:
-        if metrics is not None:
-            await metrics.cleanup()
-        await _close(pool, session)
-        return unwritable
-    await _send(prepared, runner, writer, reporter, interrupt.force)
-    code, msg, m = _write_last_manifest(writer, runner, _verdict(runner, stats, interrupt, prepared.store))
     if metrics is not None:
-        await _linger(config, stats, int(code), interrupt)
-        await metrics.cleanup()
+        resources.push_async_callback(metrics.cleanup)
+    runner = RequestRunner(
+        RequestPolicy.of(config),
+        store=prepared.store,
+        stats=stats,
+        pool=pool,
+        session=session,
+        stop=interrupt.stop,
+    )
+    _write_first_manifest(writer, stats, pool)
+    await _send(config, prepared, runner, writer, reporter, force=interrupt.force)
+    await pool.aclose()  # the endpoints are no longer watched (their states are the final ones)
+    code, msg, m = _write_last_manifest(writer, runner, _verdict(runner, stats, interrupt, prepared.store))
+    stats.exit_code = int(code)  # the metrics say it from now on
+    if metrics is not None:
+        await _linger(config, interrupt)
     return Outcome(code, msg, manifest=m)
 
 
@@ -545,28 +555,27 @@ def _input_info(config: GenerateConfig, scan: ScanResult) -> manifest.InputInfo:
     )
 
 
-def _write_first_manifest(
-    writer: manifest.ManifestWriter, stats: Stats, pool: EndpointPool
-) -> Outcome | None:
-    """The manifest says "running" before the first request is sent; an Outcome when it cannot be written."""
+def _write_first_manifest(writer: manifest.ManifestWriter, stats: Stats, pool: EndpointPool) -> None:
+    """The manifest says "running" before the first request is sent; refused when it cannot be written."""
     try:
         writer.save(stats, "running", pool.endpoints)
     except OSError as exc:
         code = ExitCode.DISK_FULL if is_disk_full(exc) else ExitCode.FATAL
-        return Outcome(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent")
-    return None
+        raise _refuse(code, f"cannot write the manifest {writer.path}: {exc}; nothing was sent") from None
 
 
 async def _send(
+    config: GenerateConfig,
     prepared: _Prepared,
     runner: RequestRunner,
     writer: manifest.ManifestWriter,
     reporter: Reporter,
+    *,
     force: asyncio.Event,
 ) -> None:
     """Send every pending request, the progress and the manifest kept up to date meanwhile; then
-    close the endpoints and sync the output."""
-    config, stats, pool = runner.config, runner.stats, runner.pool
+    end the requests still in flight and sync the output."""
+    stats, pool = runner.stats, runner.pool
     batches = read_requests(Path(config.input), prepared.scan, prepared.pending, config.params)
     samples = timeline.TimelineWriter(config.output)
     with reporter:
@@ -584,7 +593,6 @@ async def _send(
         finally:
             await _cancel(background)
             await runner.cancel_in_flight()
-            await _close(pool, runner.session)
             try:
                 prepared.store.sync()
             except OSError as exc:
@@ -657,10 +665,9 @@ def _save_in_place(path: Path, m: manifest.Manifest) -> None:
         os.close(fd)
 
 
-async def _linger(config: GenerateConfig, stats: Stats, code: int, interrupt: _Interrupt) -> None:
+async def _linger(config: GenerateConfig, interrupt: _Interrupt) -> None:
     """Keep the metrics endpoint up ``metrics_linger`` seconds after the end, its final values and
     the exit code in it, so that a scrape after the end reads them (a signal ends the wait)."""
-    stats.exit_code = code
     if config.metrics_linger > 0 and not interrupt.signalled:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(interrupt.stop.wait(), config.metrics_linger)
@@ -694,11 +701,6 @@ def _make_pool(
         if ep.url not in live:
             pool.take_out(ep)
     return pool
-
-
-async def _close(pool: EndpointPool, session: aiohttp.ClientSession) -> None:
-    await pool.aclose()
-    await session.close()
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
@@ -736,20 +738,20 @@ async def _save_manifest_every(
 
 
 async def _start_metrics(config: GenerateConfig, stats: Stats, pool: EndpointPool) -> Any:
-    """The metrics server's runner (None without --metrics-port), or an Outcome when it cannot listen."""
+    """The metrics server's runner (None without --metrics-port); refused when it cannot listen."""
     if config.metrics_port is None:
         return None
     from sglfleet.gen._metrics import start
 
     try:
-        runner, port = await start(config.metrics_host, config.metrics_port, stats, pool)
+        runner, port = await start(config.metrics_bind, config.metrics_port, stats, pool)
     except OSError as exc:
-        return Outcome(
+        raise _refuse(
             ExitCode.BAD_INPUT,
-            f"--metrics-port {config.metrics_port}: cannot listen on {config.metrics_host}: {exc.strerror}",
-        )
+            f"--metrics-port {config.metrics_port}: cannot listen on {config.metrics_bind}: {exc.strerror}",
+        ) from None
     stats.metrics_port = port
-    print(f"generate: metrics on http://{config.metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
+    print(f"generate: metrics on http://{config.metrics_bind}:{port}/metrics", file=sys.stderr, flush=True)
     return runner
 
 

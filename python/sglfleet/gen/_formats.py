@@ -26,61 +26,20 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
+from sglfleet.gen._config import GenParams
 from sglfleet.gen._ids import IdSet, id_digest
 from sglfleet.records import CHAT_URL, COMPLETIONS_URL, SUPPORTED_URLS, RecordError, check_messages
 
-__all__ = ["GenParams", "InputFormat", "iter_requests", "scan_input"]
+__all__ = ["InputFormat", "iter_requests", "scan_input"]
 
 
 class InputFormat(enum.StrEnum):
     BATCH = "openai-batch"
     CONVERSATION = "conversation"
-
-
-Turns = Literal["last", "all"]
-SAMPLING_KEYS = ("model", "max_tokens", "temperature", "top_p")
-
-
-@dataclass(frozen=True)
-class GenParams:
-    """Generation parameters set in every request body: a value given here wins over the body's own
-    (``sglfleet mix`` writes ``max_tokens`` into every body; ``--max-tokens 64`` means 64).
-
-    ``extra``: more body fields (``top_k``, ``chat_template_kwargs``, ...), set in the same way.
-    ``turns`` applies to conversation input: regenerate the last assistant turn or every one.
-    ``keep_reasoning``: keep each answer's ``reasoning_content`` in its assistant turn of the
-    conversation written with the result (chat requests of either input format), as SpecForge's
-    ``regenerate_train_data.py --reasoning save`` does.
-    """
-
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    turns: Turns = "last"
-    keep_reasoning: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields set in request bodies."""
-        fields = {k: getattr(self, k) for k in SAMPLING_KEYS if getattr(self, k) is not None}
-        return {**self.extra, **fields}
-
-    def record(self) -> dict[str, Any]:
-        """What the manifest records (a resume with other values is refused); the options that are
-        off are left out, so manifests written before they existed still match."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in SAMPLING_KEYS}
-        if self.extra:
-            out["extra"] = self.extra
-        if self.turns != "last":
-            out["turns"] = self.turns
-        if self.keep_reasoning:
-            out["keep_reasoning"] = True
-        return out
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -28,13 +29,13 @@ import orjson
 
 from sglfleet.exitcodes import ExitCode
 from sglfleet.gen import _client as client
-from sglfleet.gen._dispatch import Endpoint, EndpointPool, NoEndpoint, PauseWatch
+from sglfleet.gen._dispatch import Endpoint, EndpointPool, KeyRefused, NoEndpoint, PauseWatch, Release
 from sglfleet.gen._formats import InputChanged, Request
 from sglfleet.gen._progress import Stats
 from sglfleet.gen._store import OutputStore
 
 if TYPE_CHECKING:
-    from sglfleet.gen._engine import GenerateConfig
+    from sglfleet.gen._config import GenerateConfig
 
 __all__: list[str] = []
 
@@ -49,6 +50,34 @@ class _Halt(Exception):
     def __init__(self, code: ExitCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """What the requests of a run are held to: the job's settings a request's lifecycle reads."""
+
+    request_timeout: float  # seconds per attempt
+    max_retries: int
+    backoff_base: float
+    backoff_cap: float
+    max_resends: int  # times one request is sent elsewhere because its endpoint stalled
+    grace: float  # seconds the requests in flight get after a stop
+    keep_reasoning: bool  # the answer's reasoning_content kept in the conversation written
+    source: Path  # the input, named when it cannot be read
+
+    @classmethod
+    def of(cls, config: GenerateConfig) -> RequestPolicy:
+        """The policy of a job's settings."""
+        return cls(
+            request_timeout=config.request_timeout,
+            max_retries=config.max_retries,
+            backoff_base=config.backoff_base,
+            backoff_cap=config.backoff_cap,
+            max_resends=config.max_resends,
+            grace=config.grace,
+            keep_reasoning=config.params.keep_reasoning,
+            source=Path(config.input),
+        )
 
 
 @dataclass(eq=False)
@@ -74,6 +103,15 @@ class _Answer:
     attempt: client.Attempt
     conversation: list[dict[str, Any]] | None = None
     usage: tuple[int, int] = (0, 0)
+
+
+def _release_of(a: client.Attempt) -> Release:
+    """What an answered attempt says about its endpoint."""
+    if a.endpoint_down:
+        return Release.DOWN
+    if a.kind is client.Kind.AUTH:
+        return Release.AUTH
+    return Release.OK if a.kind is client.Kind.OK else Release.ERROR
 
 
 def max_tokens_of(body: bytes) -> int | None:
@@ -106,7 +144,7 @@ class RequestRunner:
 
     def __init__(
         self,
-        config: GenerateConfig,
+        policy: RequestPolicy,
         *,
         store: OutputStore,
         stats: Stats,
@@ -114,7 +152,7 @@ class RequestRunner:
         session: aiohttp.ClientSession,
         stop: asyncio.Event,
     ) -> None:
-        self.config = config
+        self.policy = policy
         self.store = store
         self.stats = stats
         self.pool = pool
@@ -123,7 +161,7 @@ class RequestRunner:
         self.fatal: str | None = None
         self.fatal_code = ExitCode.FATAL
         self.rng = random.Random()
-        self.timeout = aiohttp.ClientTimeout(total=config.request_timeout)
+        self.timeout = aiohttp.ClientTimeout(total=policy.request_timeout)
         self.tasks: set[asyncio.Task[None]] = set()
         self.tickets: dict[Endpoint, set[_Ticket]] = {}
 
@@ -164,7 +202,7 @@ class RequestRunner:
     async def _grace(self, force: asyncio.Event) -> None:
         """Let the requests in flight finish within the grace period (or until ``force``), then end them."""
         force_wait = asyncio.create_task(force.wait())
-        grace = asyncio.create_task(self.wait_in_flight(self.config.grace if not self.fatal else 0))
+        grace = asyncio.create_task(self.wait_in_flight(self.policy.grace if not self.fatal else 0))
         await asyncio.wait({grace, force_wait}, return_when=asyncio.FIRST_COMPLETED)
         force_wait.cancel()
         grace.cancel()
@@ -198,7 +236,7 @@ class RequestRunner:
         except InputChanged as exc:
             self.halt(str(exc), ExitCode.INPUT_CHANGED)
         except OSError as exc:  # reading the input (see_through catches its own write errors)
-            self.halt(f"cannot read the input {self.config.input}: {exc}")
+            self.halt(f"cannot read the input {self.policy.source}: {exc}")
 
     async def wait_in_flight(self, seconds: float | None) -> None:
         if self.tasks:
@@ -222,8 +260,10 @@ class RequestRunner:
                 self._record_result(req, answer)
         except _Halt as exc:
             self.halt(str(exc), exc.code)
+        except KeyRefused as exc:
+            self.halt(str(exc), ExitCode.AUTH)
         except NoEndpoint as exc:
-            self.halt(str(exc), ExitCode.AUTH if "API key" in str(exc) else ExitCode.NO_ENDPOINT)
+            self.halt(str(exc), ExitCode.NO_ENDPOINT)
         except OSError as exc:
             self.halt_on_write_error(f"the output {self.store.output}", exc)
         except Exception as exc:
@@ -279,7 +319,7 @@ class RequestRunner:
         if content is None:  # a text completion
             content = body["choices"][0].get("text", "")
         turn: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.config.params.keep_reasoning and message.get("reasoning_content") is not None:
+        if self.policy.keep_reasoning and message.get("reasoning_content") is not None:
             turn["reasoning_content"] = message["reasoning_content"]
         return turn
 
@@ -295,7 +335,7 @@ class RequestRunner:
             if a.kind is client.Kind.OK:
                 return a
             avoid = ep  # the next attempt goes elsewhere where it can
-            if a.endpoint_down and not ep.up and waits < self.config.max_retries:
+            if a.endpoint_down and not ep.up and waits < self.policy.max_retries:
                 # taken out (a router with no healthy worker: /readiness 503): wait for an endpoint,
                 # up to --down-timeout, rather than spend this request's retries
                 waits += 1
@@ -315,12 +355,12 @@ class RequestRunner:
     def _retry_delay(self, req: Request, a: client.Attempt, attempts: int) -> float | None:
         """Seconds to wait before the next attempt of a request whose ``attempts``-th failed; None
         when that was its last (its failure is recorded)."""
-        if attempts > self.config.max_retries:
+        if attempts > self.policy.max_retries:
             code = "invalid_response" if a.invalid_body else "retries_exhausted"
             self._record_failure(req, code, a, f" (after {attempts} attempts)")
             return None
         self.stats.retries += 1
-        delay = client.backoff(attempts, self.config.backoff_base, self.config.backoff_cap, self.rng)
+        delay = client.backoff(attempts, self.policy.backoff_base, self.policy.backoff_cap, self.rng)
         if a.retry_after is not None:
             delay = max(delay, a.retry_after)
         return delay
@@ -340,7 +380,7 @@ class RequestRunner:
         when that answers first it cancels this await and its answer is returned instead."""
         ep = await self.pool.acquire(avoid, body)
         if self.stop.is_set():
-            self.pool.release(ep, "cancelled")
+            self.pool.release(ep, Release.CANCELLED)
             return None, ep
         max_tokens = max_tokens_of(body)
         ticket = _Ticket(url, body, asyncio.current_task(), self.pool.now(), max_tokens)  # type: ignore[arg-type]
@@ -419,13 +459,13 @@ class RequestRunner:
             avoid = other
             if a is not None:  # it failed (not stalled): back off as a retry does
                 delay = client.backoff(
-                    ticket.resends, self.config.backoff_base, self.config.backoff_cap, self.rng
+                    ticket.resends, self.policy.backoff_base, self.policy.backoff_cap, self.rng
                 )
                 if not await client.sleep(delay, self.stop):
                     return
 
     def _still_worth_a_resend(self, ticket: _Ticket) -> bool:
-        return not ticket.settled and not self.stop.is_set() and ticket.resends < self.config.max_resends
+        return not ticket.settled and not self.stop.is_set() and ticket.resends < self.policy.max_resends
 
     async def _acquire_another(self, avoid: Endpoint, ticket: _Ticket) -> Endpoint | None:
         """A slot on another endpoint than ``avoid`` for a re-send; None when there is none (the waiting
@@ -435,7 +475,7 @@ class RequestRunner:
         except NoEndpoint:
             return None
         if ticket.settled or self.stop.is_set():
-            self.pool.release(other, "cancelled")
+            self.pool.release(other, Release.CANCELLED)
             return None
         return other
 
@@ -483,17 +523,12 @@ class RequestRunner:
         """POST to ``ep`` holding one of its slots; the slot goes back with what the answer says."""
         now = self.pool.now
         started = now()
-        outcome = "cancelled"
+        outcome = Release.CANCELLED
         latency = None
         try:
             a = await client.post(self.session, ep.url + url, body, self.timeout)
             latency = now() - started
-            if a.endpoint_down:
-                outcome = "down"
-            elif a.kind is client.Kind.AUTH:
-                outcome = "auth"
-            else:
-                outcome = "ok" if a.kind is client.Kind.OK else "error"
+            outcome = _release_of(a)
             return a
         finally:
             held = ticket is None or not ticket.detached

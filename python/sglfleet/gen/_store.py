@@ -168,10 +168,29 @@ class OutputStore:
                 lines += 1
         done.freeze()
         if done.repeated:
-            raise StoreError(f"{self.output} holds {len(done.repeated)} custom_id(s) more than once")
+            raise StoreError(
+                f"{self.output} holds {len(done.repeated)} custom_id(s) more than once "
+                f"({self._repeated_lines(done.repeated)}): keep one result of each and rerun"
+            )
         self._size = os.fstat(self._fd).st_size
         self._results = lines
         return Resumed(done, lines, prompt, completion, cut)
+
+    def _repeated_lines(self, digests: set[int], shown: int = 3) -> str:
+        """Where the results of the repeated ids are (read again only when there are some): ``id 'x'
+        on lines 3 and 11``, for the first ``shown`` of them."""
+        lines: dict[str, list[int]] = {}
+        with open(self.output, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                try:
+                    parsed = done_of(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if parsed is not None and id_digest(parsed[0]) in digests:
+                    lines.setdefault(parsed[0], []).append(number)
+        found = [(cid, at) for cid, at in lines.items() if len(at) > 1][:shown]
+        words = "; ".join(f"id {cid!r} on lines {', '.join(map(str, at))}" for cid, at in found)
+        return words + ("; ..." if len(digests) > shown else "")
 
     def _truncate_to(self, size: int) -> None:
         os.ftruncate(self._fd, size)

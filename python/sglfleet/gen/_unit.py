@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from sglfleet import atomicio, host
 from sglfleet.gen import _manifest as manifest_mod
+from sglfleet.gen._config import GenerateConfig, to_argv
+from sglfleet.gen._config import from_options as config_from_options
 from sglfleet.gen._manifest import Manifest
 from sglfleet.records import results_problem
 
@@ -53,32 +54,40 @@ COMPLETE = frozenset({"complete", "complete_with_failures"})
 
 @dataclasses.dataclass
 class JobSpec:
+    """A job as a unit: its name, its settings (:class:`GenerateConfig`, the one definition of them),
+    what the phase tolerates, and where the unit's environment file and python are."""
+
     name: str
-    input: Path
-    output: Path
-    endpoints: list[str]
-    concurrency: int = 32
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_retries: int = 5
-    request_timeout: float = 600.0
-    grace: float = 30.0
-    force: bool = False
-    api_key: str | None = None
+    config: GenerateConfig
+    max_failures: int = 0  # permanent failures the phase tolerates (the job's exit code 3 either way)
     env_dir: Path = Path("/run/sglfleet")
     python: str = sys.executable
-    max_failures: int = 0  # permanent failures the phase tolerates (the job's exit code 3 either way)
-    top_k: int | None = None
-    extra_body: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    turns: str = "last"
-    keep_reasoning: bool = False
-    max_resends: int = 5
-    metrics_port: int | None = None
-    metrics_bind: str = "127.0.0.1"
-    metrics_linger: float = 15.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], **kw: Any) -> JobSpec:
+        """The spec of the module's parameters (or any mapping of setting names to values: a setting
+        missing or None takes its default); ``name`` from them, ``kw`` the rest of the spec's fields."""
+        return cls(name=options["name"], config=config_from_options(options), **kw)
+
+    @property
+    def input(self) -> Path:
+        return self.config.input
+
+    @property
+    def output(self) -> Path:
+        return self.config.output
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self.config.endpoints
+
+    @property
+    def api_key(self) -> str | None:
+        return self.config.api_key
+
+    @property
+    def grace(self) -> float:
+        return self.config.grace
 
     @property
     def unit(self) -> str:
@@ -96,54 +105,17 @@ class JobSpec:
             out.append("input and output must be absolute paths")
         if self.max_failures < 0:
             out.append(f"max_failures must be 0 or more, got {self.max_failures}")
-        if self.turns not in ("last", "all"):
-            out.append(f"turns must be last or all, got {self.turns!r}")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            out.append(f"metrics_port {self.metrics_port} is not a TCP port (0-65535)")
+        turns = self.config.params.turns
+        if turns not in ("last", "all"):
+            out.append(f"turns must be last or all, got {turns!r}")
+        port = self.config.metrics_port
+        if port is not None and not 0 <= port <= 65535:
+            out.append(f"metrics_port {port} is not a TCP port (0-65535)")
         return out
 
     def command(self) -> list[str]:
         """The ``sglfleet generate`` command line the unit runs (the API key travels in the env file)."""
-        argv = [
-            self.python,
-            "-m",
-            "sglfleet",
-            "generate",
-            "--input",
-            str(self.input),
-            "--output",
-            str(self.output),
-        ]
-        for url in self.endpoints:
-            argv += ["--endpoint", url]
-        argv += ["--concurrency", str(self.concurrency), "--max-retries", str(self.max_retries)]
-        argv += ["--request-timeout", str(self.request_timeout), "--grace", str(self.grace)]
-        for flag, value in (
-            ("--model", self.model),
-            ("--max-tokens", self.max_tokens),
-            ("--temperature", self.temperature),
-            ("--top-p", self.top_p),
-            ("--top-k", self.top_k),
-            ("--metrics-port", self.metrics_port),
-        ):
-            if value is not None:
-                argv += [flag, str(value)]
-        for flag, obj in (
-            ("--extra-body", self.extra_body),
-            ("--chat-template-kwargs", self.chat_template_kwargs),
-        ):
-            if obj is not None:
-                argv += [flag, json.dumps(obj, separators=(",", ":"), sort_keys=True)]
-        if self.turns != "last":
-            argv += ["--turns", self.turns]
-        if self.keep_reasoning:
-            argv.append("--keep-reasoning")
-        argv += ["--max-resends", str(self.max_resends)]
-        if self.metrics_port is not None:
-            argv += ["--metrics-bind", self.metrics_bind, "--metrics-linger", str(self.metrics_linger)]
-        if self.force:
-            argv.append("--force")
-        return argv
+        return [self.python, "-m", "sglfleet", "generate", *to_argv(self.config)]
 
 
 @dataclasses.dataclass

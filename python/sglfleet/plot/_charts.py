@@ -135,15 +135,19 @@ def job_chart(samples: Sequence[dict[str, Any]], path: Path, *, title: str) -> P
     progress.set_title(f"Progress: {s['done'][-1]:,} of {s['total']:,} done", fontsize=10, loc="left")
     progress.legend(loc="lower right", fontsize=8)
 
+    # a short job has a few rates: a line through one point draws nothing, so each point gets a dot
+    dots = {"marker": "o", "markersize": 4} if len(s["rate_minutes"]) < 24 else {}
     for url, rates in s["endpoints"].items():
-        per_endpoint.plot(s["rate_minutes"], [float("nan") if r is None else r for r in rates], label=url)
+        per_endpoint.plot(
+            s["rate_minutes"], [float("nan") if r is None else r for r in rates], label=url, **dots
+        )
     per_endpoint.set_ylabel("requests/s")
     per_endpoint.set_title("Throughput per endpoint (answers over a moving window)", fontsize=10, loc="left")
     if s["endpoints"]:
         per_endpoint.legend(loc="upper left", fontsize=7, ncol=2 if len(s["endpoints"]) > 4 else 1)
     per_endpoint.set_ylim(bottom=0)
 
-    tokens.plot(s["rate_minutes"], s["tokens_per_s"], color=NEW)
+    tokens.plot(s["rate_minutes"], s["tokens_per_s"], color=NEW, **dots)
     tokens.set_ylabel("output tokens/s")
     tokens.set_title("Output tokens/s, whole job", fontsize=10, loc="left")
     tokens.set_xlabel(f"time since the job's first sample ({s['unit']})")

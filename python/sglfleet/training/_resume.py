@@ -446,6 +446,14 @@ def launch_plan(
         if not host.ENV_NAME_RE.match(name):
             raise ResumeError(f"training_resume_environment: {name!r} is not an environment variable name")
         env[name] = render(str(template), values, f"training_resume_environment.{name}")
+        if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in env[name]):
+            # A newline would end the drop-in's Environment= line; `systemctl show` prints any control
+            # character C-escaped (shell_maybe_quote -> cescape_char, src/basic/escape.c), so the check
+            # that reads the value back could not compare it either.
+            raise ResumeError(
+                f"training_resume_environment.{name}: the value {env[name]!r} has a control character "
+                "(newline, tab, ...); give it without one"
+            )
     if units:
         found = training_mod.units(list(units), systemctl)
         missing = [u.name for u in found if not u.loaded]

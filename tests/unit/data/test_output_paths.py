@@ -283,3 +283,36 @@ def test_root_does_not_follow_another_users_link_in_a_sticky_directory(
     assert main(["mix", "--config", str(lab / "lab-mix.yaml"), "--output", str(planted)]) != 0
     assert victim.read_text() == "precious\n"
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("writer", ["merge", "mix"])
+def test_the_reports_chart_is_checked_like_the_report(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture, writer: str
+) -> None:
+    """`--report R.md` also writes R.png (the shares chart): a chart path that is an input (here the
+    existing set, saved as `train.png`) is refused before anything is written, as R.md and R.json
+    are. Before this check the chart replaced the existing training set (a second reader, issue 28)."""
+    inputs = _prompts_and_results(lab, tmp_path)
+    capsys.readouterr()
+    existing = tmp_path / "train.png"
+    shutil.copy(inputs["existing"], existing)
+    kept = existing.read_bytes()
+    report = tmp_path / "train.md"
+    if writer == "merge":
+        code = _merge(
+            {**inputs, "existing": existing}, "--output", str(tmp_path / "m.jsonl"), "--report", str(report)
+        )
+    else:
+        config = tmp_path / "mix.yaml"
+        text = (lab / "lab-mix.yaml").read_text()
+        text = text.replace("existing-train.jsonl", f"{existing}\n  type: jsonl")
+        config.write_text(text.replace("sources/", f"{lab}/sources/"))
+        assert str(existing) in config.read_text()
+        code = main(
+            ["mix", "--config", str(config), "--output", str(tmp_path / "p.jsonl"), "--report", str(report)]
+        )
+    assert code == 2
+    err = _one_error(capsys, writer)
+    assert f"--report (its .png chart) {existing} is the existing set" in err, err
+    assert existing.read_bytes() == kept
+    assert not report.exists() and not report.with_suffix(".json").exists()

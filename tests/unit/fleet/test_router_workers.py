@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from sglfleet_testing.router import running_router, write_model_dir
-from sglfleet_testing.standin.process import StandinProcess
+from sglfleet_testing.standin.process import StandinProcess, free_port, standin_argv
 from support.generate import fleet
 from support.polling import wait_until
 
@@ -123,6 +124,29 @@ def test_a_worker_that_never_answers_is_an_error_naming_it(routed: tuple[str, li
     router, _ = routed
     with pytest.raises(RouterError, match=r"127\.0\.0\.1:1 as a healthy worker"):
         RouterWorkers(router).add(["http://127.0.0.1:1"], wait_s=1.0)
+
+
+def test_a_worker_added_before_it_answers_is_registered_once_it_does(
+    routed: tuple[str, list[StandinProcess]], model_dir: Path
+) -> None:
+    """`add` gives up after `wait_s`, the router does not: its job retries the worker's /health for up to
+    --worker-startup-timeout-secs (sgl-router 0.3.2 `src/core/steps/worker/local/mod.rs:79-106`)."""
+    router, _ = routed
+    api = RouterWorkers(router)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with pytest.raises(RouterError, match="as a healthy worker"):
+        api.add([url], wait_s=1.0)
+    late = subprocess.Popen(
+        standin_argv(port, model_path=str(model_dir), log_level="warning"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: url in {w.url for w in api.list() if w.healthy}, timeout=60, what="the late one")
+    finally:
+        late.kill()
+        late.wait()
 
 
 def test_an_unreachable_router_is_an_error_naming_it() -> None:

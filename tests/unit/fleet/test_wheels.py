@@ -26,24 +26,36 @@ def problems(
 
 def test_the_roles_pins_are_in_the_table() -> None:
     assert UNKNOWN == []
-    assert {n.name for n in NEEDS} == {"sglang", "sglang-kernel", "flashinfer-python", "torch", "triton"}
+    assert {n.name for n in NEEDS} == {
+        "sglang", "sglang-kernel", "flashinfer-python", "outlines-core", "torch", "triton"
+    }  # fmt: skip
     assert len({(w.name, w.version) for w in WHEELS}) == len(WHEELS)
 
 
-@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13"])
-def test_debian_12_and_ubuntu_22_04_with_3_10_to_3_13_install(python: str) -> None:
+@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12"])
+def test_debian_12_and_ubuntu_22_04_with_3_10_to_3_12_install(python: str) -> None:
     assert problems(python) == []
     assert problems(python, "glibc 2.35") == []  # Ubuntu 22.04
     assert problems(python, machine="aarch64") == []
 
 
-def test_python_3_14_is_refused_naming_sglang_alone() -> None:
+def test_python_3_13_is_refused_naming_outlines_core_alone() -> None:
+    # sglang 0.5.12 has a cp313 wheel, but outlines==0.1.11 pins outlines_core==0.1.26: cp39 to cp312
+    # wheels and a Rust sdist, so pip would need cargo in the CT (Debian 13's python3 is 3.13).
+    assert problems("3.13") == [
+        "outlines-core 0.1.26 (outlines_core-0.1.26-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64"
+        ".whl) needs CPython 3.9 to 3.12; the interpreter is Python 3.13"
+    ]
+
+
+def test_python_3_14_is_refused_naming_sglang_and_outlines_core() -> None:
     # torch 2.11.0 and triton 3.6.0 have cp314 wheels; sglang 0.5.12 stops at cp313 and has no sdist.
-    assert problems("3.14") == [
+    assert [p.split(" (")[0] for p in problems("3.14")] == ["sglang 0.5.12", "outlines-core 0.1.26"]
+    assert problems("3.14")[0] == (
         "sglang 0.5.12 (sglang-0.5.12-cp313-cp313-manylinux_2_34_x86_64.whl) needs CPython 3.10 to 3.13; "
         "the interpreter is Python 3.14"
-    ]
-    assert len(problems("3.9")) == 5  # every wheel needs 3.10
+    )
+    assert len(problems("3.9")) == 5  # every wheel but outlines-core's needs 3.10
 
 
 def test_a_glibc_older_than_2_34_is_refused_naming_the_wheel_and_its_manylinux_tag() -> None:
@@ -65,6 +77,7 @@ def test_a_free_threaded_interpreter_and_another_machine_are_refused() -> None:
     assert [p.split(" (")[0] for p in problems("3.13", ft=True)] == [
         "sglang 0.5.12",
         "sglang-kernel 0.4.2.post2",
+        "outlines-core 0.1.26",
     ]
     assert (
         problems(machine="ppc64le")[0]

@@ -12,10 +12,10 @@ from support.generate import write_batch
 
 from sglfleet.gen import GenerateConfig, OutputStore
 from sglfleet.gen import _client as client
-from sglfleet.gen._dispatch import EndpointPool, NoEndpoint
+from sglfleet.gen._dispatch import EndpointPool, NoEndpoint, Release
 from sglfleet.gen._formats import Request
 from sglfleet.gen._progress import Stats
-from sglfleet.gen._requests import RequestRunner, max_tokens_of
+from sglfleet.gen._requests import RequestPolicy, RequestRunner, max_tokens_of
 
 
 class FakeClock:
@@ -40,7 +40,7 @@ async def _answer(
     """One request answered at ``at`` after ``latency`` seconds."""
     clock.t = at
     ep = await pool.acquire()
-    pool.release(ep, "ok", latency, max_tokens)
+    pool.release(ep, Release.OK, latency, max_tokens)
 
 
 def test_max_tokens_is_read_from_the_body_without_parsing_it() -> None:
@@ -77,7 +77,7 @@ def test_a_busy_endpoint_quiet_while_another_answers_is_stalled() -> None:
         clock.t = 0.0
         assert await pool.acquire() is a
         assert await pool.acquire() is b  # b busy since 0, never answers
-        pool.release(a, "ok", 0.5)
+        pool.release(a, Release.OK, 0.5)
         clock.t = 3.0
         assert pool.find_stalled(clock.t) == []  # its limit: max(2, 8 x 0.5 s) = 4 s
         await _answer(pool, clock, at=9.5, latency=0.5, max_tokens=None)
@@ -96,8 +96,8 @@ def test_when_every_endpoint_refuses_the_key_acquire_stops_at_once_not_after_the
         a, b = pool.endpoints
         for ep in (a, b):
             assert await pool.acquire() is ep
-        pool.release(a, "auth")
-        pool.release(b, "auth")
+        pool.release(a, Release.AUTH)
+        pool.release(b, Release.AUTH)
         with pytest.raises(NoEndpoint, match="refused the API key"):
             await asyncio.wait_for(pool.acquire(), 5)
         await pool.aclose()
@@ -135,7 +135,7 @@ def test_an_overdue_request_on_the_only_endpoint_is_resent_and_written_once(
         store.open()
         config = GenerateConfig(input=tmp_path / "in.jsonl", output=out, endpoints=["http://router"])
         runner = RequestRunner(
-            config,
+            RequestPolicy.of(config),
             store=store,
             stats=Stats(total=1, done=0),
             pool=pool,

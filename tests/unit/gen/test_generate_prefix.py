@@ -19,7 +19,7 @@ from support.generate import assert_exactly_once, fleet, requests_served
 from sglfleet.cli import main as cli_main
 from sglfleet.gen import ExitCode, GenerateConfig, GenParams, LogReporter, Outcome, run
 from sglfleet.gen._affinity import PrefixAffinity
-from sglfleet.gen._dispatch import EndpointPool
+from sglfleet.gen._dispatch import EndpointPool, Release
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -215,7 +215,7 @@ class TestPoolWaitsForThePrefix:
             waiter = asyncio.ensure_future(pool.acquire(body=self.BODY))
             await asyncio.sleep(0)
             assert not waiter.done()  # b is free, but a holds the prefix
-            pool.release(a, "ok")
+            pool.release(a, Release.OK)
             other = await pool.acquire()  # arrives before the waiter runs: the freed slot is kept
             assert other is b
             assert await asyncio.wait_for(waiter, 5) is a
@@ -230,11 +230,11 @@ class TestPoolWaitsForThePrefix:
             assert await pool.acquire(body=self.BODY) is a
             # a: 1 in flight, b: 0; one more for a would put it 2 above b
             assert await asyncio.wait_for(pool.acquire(body=self.BODY), 5) is b
-            pool.release(b, "ok")
+            pool.release(b, Release.OK)
             assert pool.affinity is not None and pool.affinity.preferred(pool.affinity.keys(self.BODY)) == 1
             # a retry avoiding b, b full, a free: it goes to a at once, not in line for b
             assert await pool.acquire(body=self.BODY) is b
-            pool.release(a, "ok")
+            pool.release(a, Release.OK)
             assert await asyncio.wait_for(pool.acquire(avoid=b, body=self.BODY), 5) is a
 
         asyncio.run(scenario())

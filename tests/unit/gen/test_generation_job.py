@@ -22,16 +22,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _spec(tmp_path: Path, urls: list[str], **kw: object) -> job.JobSpec:
-    kw.setdefault("max_tokens", 16)
-    return job.JobSpec(
-        name="t1",
-        input=tmp_path / "in.jsonl",
-        output=tmp_path / "out.jsonl",
-        endpoints=urls,
-        concurrency=4,
-        env_dir=tmp_path / "run",
-        **kw,  # type: ignore[arg-type]
-    )
+    options = {"name": "t1", "input": tmp_path / "in.jsonl", "output": tmp_path / "out.jsonl"}
+    options.update({"endpoints": urls, "concurrency": 4, "max_tokens": 16, **kw})
+    return job.JobSpec.from_options(options, env_dir=tmp_path / "run")
 
 
 def _observe(spec: job.JobSpec, unit_state: str = "inactive") -> job.Observed:
@@ -164,7 +157,7 @@ def test_wait_reports_each_polls_counts(finished: job.JobSpec) -> None:
 
 
 def test_spec_problems() -> None:
-    bad = job.JobSpec(name="../x", input=Path("rel.jsonl"), output=Path("/o"), endpoints=[], max_failures=-1)
+    bad = job.JobSpec.from_options({"name": "../x", "input": "rel.jsonl", "output": "/o"}, max_failures=-1)
     problems = bad.problems()
     assert any("name '../x'" in p for p in problems) and any("absolute" in p for p in problems)
     assert any("max_failures must be 0 or more" in p for p in problems)
@@ -201,7 +194,7 @@ def test_the_unit_runs_every_option_the_cli_has(tmp_path: Path) -> None:
     assert m is not None
     assert m.params["turns"] == "all" and m.params["keep_reasoning"] is True
     assert m.params["extra"] == {"min_p": 0.05, "top_k": 5, "chat_template_kwargs": {"enable_thinking": True}}
-    assert job.JobSpec(name="x", input=Path("/i"), output=Path("/o"), endpoints=[], turns="some").problems()
+    assert job.JobSpec.from_options({"name": "x", "input": "/i", "output": "/o", "turns": "some"}).problems()
 
 
 def test_the_units_command_serves_metrics_on_the_bind_address(tmp_path: Path) -> None:

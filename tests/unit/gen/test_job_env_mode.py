@@ -12,10 +12,8 @@ from sglfleet.gen import JobSpec, write_job_env
 
 @pytest.mark.parametrize("mode", [0o644, 0o666, 0o600, 0o400])
 def test_an_existing_env_file_becomes_0600_before_the_key_is_written(tmp_path: Path, mode: int) -> None:
-    spec = JobSpec(
-        name="j", input=tmp_path / "in.jsonl", output=tmp_path / "out", endpoints=[], api_key="s3cret",
-        env_dir=tmp_path / "env",
-    )  # fmt: skip
+    options = {"name": "j", "input": tmp_path / "in.jsonl", "output": tmp_path / "out", "api_key": "s3cret"}
+    spec = JobSpec.from_options(options, env_dir=tmp_path / "env")
     spec.env_dir.mkdir()
     spec.env_file.write_text("OLD=1\n")
     spec.env_file.chmod(mode | stat.S_IWUSR)  # writable by its owner, as root's files are

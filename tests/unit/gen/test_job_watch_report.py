@@ -26,7 +26,7 @@ from sglfleet.gen import (
     manifest_path,
     timeline_path,
 )
-from sglfleet.plot import job_series
+from sglfleet.plot import job_chart, job_series
 
 pytestmark = pytest.mark.timeout(120)
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -104,6 +104,23 @@ def test_watch_refuses_a_bad_interval(capsys: pytest.CaptureFixture[str], finish
     assert exc.value.code == 2 and "not a positive number of seconds" in capsys.readouterr().err
 
 
+def test_watch_before_out_says_where_to_put_it(capsys: pytest.CaptureFixture[str], finished: Path) -> None:
+    """`job status --watch OUT` reads OUT as --watch's seconds: the error says how to write it."""
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["job", "status", "--watch", str(finished)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "write --watch after the other arguments" in err, err
+
+
+def test_watch_off_a_terminal_ends_its_frame_with_a_newline(
+    capsys: pytest.CaptureFixture[str], finished: Path
+) -> None:
+    """`job status OUT --watch | cat` of a finished job: its last line is ended."""
+    assert cli_main(["job", "status", str(finished), "--watch"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(" stalls\n") and f"{finished}: complete" in out, repr(out)
+
+
 def test_the_timeline_samples_the_job_per_endpoint(finished: Path) -> None:
     samples = load_timeline(finished)
     assert len(samples) >= 2
@@ -145,6 +162,34 @@ def test_job_report_draws_a_png(finished: Path, tmp_path: Path, capsys: pytest.C
     assert cli_main(["job", "report", str(finished), "-o", str(chart)]) == 0
     assert chart.read_bytes().startswith(PNG) and chart.stat().st_size > 10_000
     assert f"report: {chart}" in capsys.readouterr().out
+
+
+def test_a_job_too_short_for_a_line_still_shows_its_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's Try job: two samples 56 ms apart give one rate per panel; a line through one point draws
+    nothing (the panels read empty), so the rates are drawn as dots."""
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple[int, object]] = []
+    plot = Axes.plot
+
+    def recording(self: Axes, *args: object, **kwargs: object) -> object:
+        lines = plot(self, *args, **kwargs)
+        drawn.extend((len(line.get_xdata()), line.get_marker()) for line in lines)
+        return lines
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    url = "http://127.0.0.1:31000"
+    samples = [
+        {"t": "2026-12-04T16:33:45.107+00:00", "run": 1, "total": 8, "done": 0, "completion_tokens": 0,
+         "endpoints": {url: {"ok": 0, "errors": 0, "in_flight": 0, "up": True}}},
+        {"t": "2026-12-04T16:33:45.163+00:00", "run": 1, "total": 8, "done": 8, "completion_tokens": 440,
+         "endpoints": {url: {"ok": 8, "errors": 0, "in_flight": 0, "up": True}}},
+    ]  # fmt: skip
+    job_chart(samples, tmp_path / "short.png", title="short")
+    single = [marker for points, marker in drawn if points == 1]
+    assert len(single) == 2 and all(m not in ("", "None", None) for m in single), drawn
 
 
 def test_job_report_without_a_timeline_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from support.generate import latency_servers, read_jsonl, run_job, write_batch
+from support.latency_server import HOSTILE
 
 from sglfleet.cli import main
 from sglfleet.data import DataError, merge
@@ -175,10 +176,71 @@ def test_answer_problem_says_what_resume_would_not_count() -> None:
     assert answer_problem(_answer()) is None
     bad = _answer()
     bad["usage"]["prompt_tokens"] = "abc"
-    assert answer_problem(bad) == "response.body.usage.prompt_tokens is a string, expected an integer"
+    assert answer_problem(bad) == (
+        "response.body.usage.prompt_tokens is 'abc', not a token count (an integer, 0 or more)"
+    )
     assert answer_problem({"choices": []}) == "response.body has no choices"
     assert answer_problem(None) == "response.body is null"
     assert answer_problem([1]) == "response.body is a list, expected an object"
+
+
+def _bodies() -> list[Any]:
+    """Answer bodies at the edges of what the request path stores: every hostile answer of
+    `latency_server.HOSTILE`, each field of a good answer removed, nulled or given a wrong type."""
+    bodies: list[Any] = []
+    for raw in HOSTILE:
+        try:
+            bodies.append(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            continue
+    good = _answer()
+    good["choices"][0]["finish_reason"] = "stop"
+    good["usage"]["total_tokens"] = 35
+    good["choices"][0]["message"]["reasoning_content"] = "because"
+    bodies.append(good)
+    odd: list[Any] = [None, "x", 7, -1, 1.5, True, [], {}, ["x"], 2**63]
+    for path in (
+        ("id",),
+        ("usage",),
+        ("usage", "prompt_tokens"),
+        ("usage", "completion_tokens"),
+        ("usage", "total_tokens"),
+        ("choices",),
+        ("choices", 0),
+        ("choices", 0, "message"),
+        ("choices", 0, "message", "content"),
+        ("choices", 0, "message", "role"),
+        ("choices", 0, "finish_reason"),
+    ):
+        for value in [..., *odd]:
+            body = copy.deepcopy(good)
+            node = body
+            for key in path[:-1]:
+                node = node[key]
+            if value is ...:
+                del node[path[-1]]
+            else:
+                node[path[-1]] = value
+            bodies.append(body)
+    bodies.append({"choices": [{"index": 0, "text": "a text completion"}]})
+    bodies.append({"object": "error", "message": "boom"})
+    return bodies
+
+
+@pytest.mark.parametrize("body", _bodies())
+def test_what_the_request_path_stores_resume_counts_and_merge_reads(body: Any) -> None:
+    """One definition of an answer (`records.answer_problem`, what the request path checks every 200
+    with): a body it accepts, written by `result_line`, is a result for `result_of` (so resume counts
+    it done, merge reads it, no field refused); a body it refuses is never stored, and is never a
+    result with a count of the wrong type either."""
+    problem = answer_problem(body)
+    line = result_line("x", "r", body, orjson.dumps(body), "batch_req_1")
+    if problem is None:
+        assert done_of(line) == full_done_of(line)
+        assert done_of(line) is not None and done_of(line)[0] == "x"  # type: ignore[index]
+    else:
+        assert isinstance(problem, str) and problem
+        assert done_of(line) == full_done_of(line)
 
 
 def _prompts(path: Path, ids: list[str]) -> None:
@@ -312,7 +374,7 @@ def test_job_status_and_merge_check_the_manifest_against_the_results(
     st = job_status(out)
     assert st.state == "results_missing" and st.message.startswith(RESULTS_MISSING), st
     assert main(["job", "status", str(out)]) == 11
-    assert f"results_missing ({RESULTS_MISSING}" in capsys.readouterr().out
+    assert f"results missing ({RESULTS_MISSING}" in capsys.readouterr().out  # the state in words (cli/job.py)
     existing = _existing(out.with_name("e.jsonl"))
     if out.exists():
         with pytest.raises(DataError, match=RESULTS_MISSING):

@@ -147,3 +147,16 @@ def test_resume_reads_ids_and_tokens_of_well_formed_results_only(tmp_path: Path)
     assert resumed.lines == 3 and resumed.prompt_tokens == 6 and resumed.completion_tokens == 10
     assert all(x in resumed.done for x in ('id "quoted"', "two", "three"))
     assert "four" not in resumed.done and "five" not in resumed.done
+
+
+def test_a_result_written_twice_is_refused_naming_the_id_and_its_lines(tmp_path: Path) -> None:
+    """A results file with two successes for one id (a line pasted twice by hand, two files
+    concatenated) is refused before anything is sent, and the message says which id and where, so that
+    it can be repaired (a second reader's hostile shape, issue 28: it named neither)."""
+    out = tmp_path / "out.jsonl"
+    _fill(out, ["a", "b", "c"])
+    lines = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(b"".join([*lines, lines[1]]))
+    with pytest.raises(StoreError, match=r"1 custom_id\(s\) more than once \(id 'b' on lines 2, 4\)"):
+        OutputStore(out).open()
+    assert out.read_bytes().count(b"\n") == 4  # left as it was

@@ -71,6 +71,20 @@ def test_yamllint_skips_a_vaulted_site_vault_but_checks_the_examples(tmp_path: P
     assert done.returncode != 0 and "inventory/example/group_vars/fleet/vault.yml" in done.stdout, done.stdout
 
 
+def test_yamllint_skips_what_the_readme_try_leaves_in_the_checkout(tmp_path: Path) -> None:
+    """README's "Try it" makes `.try/` (a venv: markdown_it ships a port.yaml with no `---`) and `try/` in
+    the checkout; `yamllint --strict .` afterwards still passes, and a file of ours beside them is checked."""
+    shutil.copy(ROOT / ".yamllint", tmp_path / ".yamllint")
+    for name in (".try/lib/python3.11/site-packages/markdown_it/port.yaml", "try/notes.yaml", "ours.yml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("- a: 1\n")  # no document start: --strict fails it where it is read
+    argv = [str(BIN / "yamllint"), "--strict", "."]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0, done.stdout
+    assert "ours.yml" in done.stdout, done.stdout
+    assert ".try/" not in done.stdout and "try/notes" not in done.stdout, done.stdout
+
+
 def test_ansible_lint_excludes_a_sites_vault_as_it_matches_paths() -> None:
     """ansible-lint excludes a path that fnmatch-es an exclude_paths entry (runner.is_excluded)."""
     excluded = yaml.safe_load((ROOT / ".ansible-lint").read_text())["exclude_paths"]

@@ -247,6 +247,20 @@ def test_an_environment_file_that_sets_a_planned_name_is_refused(tmp_path: Path)
     assert "RESUME_FROM" not in str(refused.value) and "WANDB_PROJECT" not in str(refused.value)
 
 
+def test_a_value_with_a_control_character_is_refused_before_any_drop_in(tmp_path: Path) -> None:
+    # A newline would split the drop-in's Environment= line, and `systemctl show` C-escapes a tab, so the
+    # read-back could not match it: refused, naming the variable, before anything is written.
+    systemd = Systemd({"train.service": ("inactive", "enabled")})
+    args = {"units": ["train"], "command": "", "dataset": "/d.jsonl", "checkpoint": "/c"}
+    for value in ("/data/a\nb", "x\ty", "{dataset}\r"):
+        with pytest.raises(ResumeError) as refused:
+            launch_plan(environment={"TRAIN_DATA": value}, systemctl=systemd, **args)
+        assert "training_resume_environment.TRAIN_DATA" in str(refused.value)
+        assert "control character" in str(refused.value)
+    plan = launch_plan(environment={"TRAIN_DATA": "{dataset} é ünïcode"}, systemctl=systemd, **args)
+    assert plan.mode == "unit"
+
+
 def test_an_environment_file_systemd_refuses_is_named_in_the_refusal(tmp_path: Path) -> None:
     # env-file.c check_utf8ness_and_warn: a value that is not UTF-8 fails the whole file, so the unit (or
     # the kept instance) would not start; the modules report a ResumeError, so that is what comes back.
