@@ -65,6 +65,9 @@ class Pair:
         extra.write_text(
             json.dumps(
                 {
+                    # a cycle of its own: a CT whose training resumed on another cycle's set (test_site's,
+                    # before this module in the CT 202 session) keeps its fleet stopped for that cycle
+                    "generate_name": "two-hosts",
                     "sglang_fleet_api_key": API_KEY,
                     "sglang_fleet_instances": INSTANCES,
                     "sglang_fleet_extra_args": LOAD_ARGS,
