@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,13 +24,6 @@ EXAMPLE = REPO / "examples/mix"
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SGLFLEET_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Path:
-    """A copy of the example mix (config, sources, existing set) that tests may try to damage."""
-    shutil.copytree(EXAMPLE, tmp_path / "mix")
-    return tmp_path / "mix"
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

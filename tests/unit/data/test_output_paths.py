@@ -34,12 +34,6 @@ def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Path:
-    shutil.copytree(EXAMPLE, tmp_path / "mix")
-    return tmp_path / "mix"
-
-
-@pytest.fixture
 def sock(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "s.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -154,19 +153,6 @@ def test_stream_true_is_refused_at_validation(tmp_path: Path) -> None:
 
 
 # -- 5. full disks and short writes ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_a_full_disk_stops_with_its_exit_code_leaves_nothing_half_written_and_resumes(

@@ -9,7 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,19 +29,6 @@ from sglfleet.gen import ExitCode, GenerateConfig, check_config, job_status
 from sglfleet.gen._dispatch import Endpoint, EndpointPool, PauseWatch
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_after_a_full_disk_job_status_says_so(tmp_path: Path, small_disk: Path) -> None:
